@@ -1,0 +1,71 @@
+"""`LatentCache`: what MLA + DSA keep per past token, and nothing more.
+
+Per layer and token: the normalised KV latent and the rotated shared rope key, stored side by side
+(`kv_lora_rank + qk_rope_head_dim` numbers: the absorbed form's only key and value), plus the DSA
+indexer key (`index_head_dim` numbers). Past K/V are never expanded or stored per head.
+"""
+
+import torch
+
+from jev.model.config import ModelConfig
+
+
+class CacheFullError(RuntimeError):
+    """Appending would run past the cache's `max_len`."""
+
+
+class LatentCache:
+    """Latents `[layers, B, max_len, d_c + d_r]`, indexer keys `[layers, B, max_len, d_I]`, lengths `[B]`."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        batch_size: int,
+        max_len: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        layers = config.num_hidden_layers
+        self.max_len = max_len
+        self.latent = torch.zeros(
+            layers, batch_size, max_len, config.kv_lora_rank + config.qk_rope_head_dim, dtype=dtype, device=device
+        )
+        self.index_keys = torch.zeros(layers, batch_size, max_len, config.index_head_dim, dtype=dtype, device=device)
+        self.lengths = torch.zeros(batch_size, dtype=torch.int64, device=device)
+
+    @property
+    def batch_size(self) -> int:
+        return self.lengths.shape[0]
+
+    def positions_for(self, new_lengths: torch.Tensor, width: int) -> torch.Tensor:
+        """Absolute positions `[B, width]` of the tokens about to be appended; -1 marks padding."""
+        offsets = torch.arange(width, device=self.lengths.device)
+        positions = self.lengths.unsqueeze(1) + offsets
+        end = self.lengths + new_lengths
+        if int(end.max()) > self.max_len:
+            raise CacheFullError(f"appending reaches position {int(end.max())} but the cache holds {self.max_len}")
+        return torch.where(offsets < new_lengths.unsqueeze(1), positions, -1)
+
+    def write(self, layer: int, positions: torch.Tensor, latent: torch.Tensor, index_key: torch.Tensor) -> None:
+        """Store the new tokens' `latent [B, T, d_c + d_r]` and `index_key [B, T, d_I]` at their positions."""
+        batch, token = torch.nonzero(positions >= 0, as_tuple=True)
+        slots = positions[batch, token]
+        self.latent[layer, batch, slots] = latent[batch, token].to(self.latent.dtype)
+        self.index_keys[layer, batch, slots] = index_key[batch, token].to(self.index_keys.dtype)
+
+    def advance(self, new_lengths: torch.Tensor) -> None:
+        """Commit the tokens written by the last forward pass."""
+        self.lengths += new_lengths
+
+    def view(self, layer: int, n_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first `n_keys` slots of one layer: latents `[B, n_keys, d_c + d_r]` and indexer keys."""
+        return self.latent[layer, :, :n_keys], self.index_keys[layer, :, :n_keys]
+
+    def truncate(self, lengths: torch.Tensor | list[int]) -> None:
+        """Roll sequences back to `lengths` (e.g. past rejected draft tokens); never grows one."""
+        lengths = torch.as_tensor(lengths, dtype=torch.int64, device=self.lengths.device)
+        if lengths.shape != self.lengths.shape:
+            raise ValueError(f"truncate needs {self.batch_size} lengths, got shape {tuple(lengths.shape)}")
+        if bool((lengths < 0).any()) or bool((lengths > self.lengths).any()):
+            raise ValueError(f"truncate lengths {lengths.tolist()} must be within 0..{self.lengths.tolist()}")
+        self.lengths = lengths.clone()

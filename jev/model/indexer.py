@@ -1,0 +1,63 @@
+"""The DSA lightning indexer: cheap scores that pick which past tokens each query attends to.
+
+`I[t, s] = sum_j w[t, j] * relu(q[t, j] . k[s])` with one key per token shared by every indexer
+head. DeepSeek's Hadamard rotation and FP8 quantisation are omitted: the rotation is orthogonal
+(it leaves every `q . k` unchanged) and FP8 is a storage format, so in float32 the scores are the
+same numbers.
+"""
+
+import torch
+from torch import nn
+
+from jev.kernels import ops
+from jev.model.config import ModelConfig
+from jev.model.rope import rotate_half_split
+
+
+class Indexer(nn.Module):
+    """Projections of the indexer; the scoring itself is `jev.kernels.ops.indexer_logits`."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = config.index_n_heads, config.index_head_dim
+        self.rope_dim = config.qk_rope_head_dim
+        self.index_topk = config.index_topk
+        self.wq_b = nn.Linear(config.q_lora_rank, self.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(config.hidden_size, self.head_dim, bias=False)
+        self.k_norm = nn.LayerNorm(self.head_dim, eps=1e-6)
+        self.weights_proj = nn.Linear(config.hidden_size, self.n_heads, bias=False)
+        self.scale = self.head_dim**-0.5
+
+    def keys(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """`x [B, T, D]` -> the indexer key of each token `[B, T, d_I]`, RoPE on the first d_r dims."""
+        k = self.k_norm(self.wk(x))
+        return torch.cat((rotate_half_split(k[..., : self.rope_dim], cos, sin), k[..., self.rope_dim :]), dim=-1)
+
+    def queries(
+        self, x: torch.Tensor, q_compressed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-head queries `[B, T, H_I, d_I]` and head weights `[B, T, H_I]` (scaled by H_I^-0.5)."""
+        batch, length, _ = x.shape
+        q = self.wq_b(q_compressed).view(batch, length, self.n_heads, self.head_dim)
+        q = torch.cat((rotate_half_split(q[..., : self.rope_dim], cos, sin), q[..., self.rope_dim :]), dim=-1)
+        weights = self.weights_proj(x).float() * self.n_heads**-0.5
+        return q, weights
+
+    def select(
+        self,
+        x: torch.Tensor,
+        q_compressed: torch.Tensor,
+        key_cache: torch.Tensor,
+        q_positions: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
+        """Top-`min(index_topk, t + 1)` causal positions per query `[B, T, K]` int32, -1 for unused.
+
+        The indexer receives no gradient from the language-model loss (selection is discrete and
+        DeepSeek detaches the indexer's input), so scoring runs without autograd.
+        """
+        with torch.no_grad():
+            q, weights = self.queries(x, q_compressed, cos, sin)
+            scores = ops.indexer_logits(q, weights, key_cache, q_positions, self.scale)
+            return ops.select_topk(scores, self.index_topk)

@@ -1,0 +1,121 @@
+"""Multi-head Latent Attention with the DSA indexer: one set of weights, two forms.
+
+Expanded form (prefill and training with no past tokens): per-head keys and values are built from
+the latent with `kv_b_proj`, as a plain multi-head attention of head size `qk_nope + qk_rope`.
+
+Absorbed form (decode, and every sparse step): W_UK is folded into the query and W_UV into the
+output, so attention runs directly over the cached latents `[c ‖ k_rope]` as a single shared KV
+head and past keys/values are never rebuilt. The softmax scale is `(qk_nope + qk_rope)^-0.5`
+(times YaRN's mscale^2) in both forms.
+
+When the indexer's `index_topk` is smaller than the number of visible keys, each query attends
+only to its top-k positions, gathered from the latent cache (`jev.kernels.ops.sparse_mla`).
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from jev.kernels import ops
+from jev.model.cache import LatentCache
+from jev.model.config import ModelConfig
+from jev.model.indexer import Indexer
+from jev.model.norm import RMSNorm
+from jev.model.rope import rotate_interleaved, softmax_scale
+
+
+@dataclass
+class AttentionBatch:
+    """What every layer of one forward pass shares.
+
+    positions: `[B, T]` absolute position of each new token, -1 for padding.
+    cos, sin: RoPE tables `[B, T, d_r / 2]` for those positions.
+    n_keys: how many key slots the pass can see (the longest sequence after appending).
+    cache: the latent cache written and read by this pass, or None for a cache-free pass.
+    expanded: no sequence has past tokens, so attention stays within the new tokens.
+    """
+
+    positions: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    n_keys: int
+    cache: LatentCache | None
+    expanded: bool
+
+
+class MLA(nn.Module):
+    """One attention layer. `forward(x [B, T, D], batch) -> [B, T, D]`."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.n_heads = config.num_attention_heads
+        self.d_nope, self.d_rope, self.d_v = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
+        self.d_latent = config.kv_lora_rank
+        self.index_topk = config.index_topk
+        self.scale = softmax_scale(config)
+        self.q_a_proj = nn.Linear(config.hidden_size, config.q_lora_rank, bias=False)
+        self.q_a_layernorm = RMSNorm(config.q_lora_rank)
+        self.q_b_proj = nn.Linear(config.q_lora_rank, self.n_heads * config.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(config.hidden_size, self.d_latent + self.d_rope, bias=False)
+        self.kv_a_layernorm = RMSNorm(self.d_latent)
+        self.kv_b_proj = nn.Linear(self.d_latent, self.n_heads * (self.d_nope + self.d_v), bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.d_v, config.hidden_size, bias=False)
+        self.indexer = Indexer(config)
+
+    def forward(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+        size, length, _ = x.shape
+        q_compressed = self.q_a_layernorm(self.q_a_proj(x))
+        q = self.q_b_proj(q_compressed).view(size, length, self.n_heads, self.d_nope + self.d_rope)
+        q_nope, q_rope = q.split([self.d_nope, self.d_rope], dim=-1)
+        q_rope = rotate_interleaved(q_rope, batch.cos, batch.sin)
+        latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.d_latent, self.d_rope], dim=-1)
+        kv = torch.cat((self.kv_a_layernorm(latent), rotate_interleaved(k_rope, batch.cos, batch.sin)), dim=-1)
+        index_key = self.indexer.keys(x, batch.cos, batch.sin)
+
+        if batch.cache is not None:
+            batch.cache.write(self.layer_idx, batch.positions, kv, index_key)
+            kv, index_key = batch.cache.view(self.layer_idx, batch.n_keys)
+
+        if self.index_topk < batch.n_keys:
+            top = self.indexer.select(x, q_compressed, index_key, batch.positions, batch.cos, batch.sin)
+            out_latent, _ = ops.sparse_mla(self.absorb_query(q_nope), q_rope, kv, top, self.scale)
+            out = self.expand_output(out_latent)
+        elif batch.expanded:
+            out = self.expanded_attention(q_nope, q_rope, kv, batch.positions)
+        else:
+            out_latent, _ = ops.mla_decode(self.absorb_query(q_nope), q_rope, kv, batch.positions, self.scale)
+            out = self.expand_output(out_latent)
+        return self.o_proj(out.reshape(size, length, self.n_heads * self.d_v))
+
+    def _up_projection(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """W_UK `[H, d_nope, d_c]` and W_UV `[H, d_v, d_c]`: the rows of `kv_b_proj` per head."""
+        weight = self.kv_b_proj.weight.view(self.n_heads, self.d_nope + self.d_v, self.d_latent)
+        return weight[:, : self.d_nope], weight[:, self.d_nope :]
+
+    def absorb_query(self, q_nope: torch.Tensor) -> torch.Tensor:
+        """`q_nope [B, T, H, d_nope]` -> `W_UK^T q_nope [B, T, H, d_c]`: a query against raw latents."""
+        return torch.einsum("bthn,hnc->bthc", q_nope, self._up_projection()[0])
+
+    def expand_output(self, out_latent: torch.Tensor) -> torch.Tensor:
+        """`[B, T, H, d_c]` -> `W_UV o [B, T, H, d_v]`: attention over latents, projected to values."""
+        return torch.einsum("bthc,hvc->bthv", out_latent, self._up_projection()[1])
+
+    def expanded_attention(
+        self, q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """Dense causal attention among the new tokens with per-head K/V built from the latents."""
+        size, length = positions.shape
+        latent, k_rope = kv[..., : self.d_latent], kv[..., self.d_latent :]
+        k_nope, value = self.kv_b_proj(latent).view(size, length, self.n_heads, -1).split([self.d_nope, self.d_v], -1)
+        key = torch.cat((k_nope, k_rope.unsqueeze(2).expand(-1, -1, self.n_heads, -1)), dim=-1)
+        query = torch.cat((q_nope, q_rope), dim=-1)
+        visible = ops.causal_key_mask(positions, length)
+        visible[..., 0] |= ~visible.any(-1)  # padding queries read key 0 rather than produce NaN
+        out = F.scaled_dot_product_attention(
+            query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+            attn_mask=visible.unsqueeze(1), scale=self.scale,
+        )
+        return out.transpose(1, 2)

@@ -1,0 +1,19 @@
+"""RMSNorm, computed in float32 whatever the activations' dtype."""
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """`weight * x / sqrt(mean(x^2) + eps)`; the statistics in float32 so bf16 runs stay stable."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)

@@ -1,0 +1,136 @@
+"""The DeepSeek-V3.2 decoder: embeddings, MLA + DSA layers with dense or MoE feed-forward, LM head."""
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from jev.model.cache import LatentCache
+from jev.model.checkpoint import check_weights, read_weights, write_weights
+from jev.model.config import ModelConfig
+from jev.model.mla import MLA, AttentionBatch
+from jev.model.mlp import MLP, MoE
+from jev.model.norm import RMSNorm
+from jev.model.rope import RotaryEmbedding
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual block: `x + attn(norm(x))`, then `x + mlp(norm(x))`."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = MLA(config, layer_idx)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        sparse = config.mlp_layer_types[layer_idx] == "sparse"
+        self.mlp = MoE(config) if sparse else MLP(config.hidden_size, config.intermediate_size)
+
+    def forward(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), batch)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    """Token embeddings through every layer to the final norm: `[B, T, D]` hidden states."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = RotaryEmbedding(config)
+
+
+class Model(nn.Module):
+    """A DeepSeek-V3.2 causal language model.
+
+    `model(input_ids [B, T])` returns logits `[B, T, V]`. With `cache=`, the new tokens are appended
+    to each sequence's cached past (any number per sequence; `lengths [B]` says how many of the T
+    columns are real, the rest being right padding) and only their logits are returned.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.backbone = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.backbone.embed_tokens.weight
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    def new_cache(self, batch_size: int, max_len: int) -> LatentCache:
+        """An empty latent cache for `batch_size` sequences of up to `max_len` tokens."""
+        return LatentCache(self.config, batch_size, max_len, dtype=self.dtype, device=self.device)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        *,
+        inputs_embeds: torch.Tensor | None = None,
+        cache: LatentCache | None = None,
+        lengths: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.lm_head(self.hidden_states(input_ids, inputs_embeds=inputs_embeds, cache=cache, lengths=lengths))
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor | None = None,
+        *,
+        inputs_embeds: torch.Tensor | None = None,
+        cache: LatentCache | None = None,
+        lengths: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The final-normed hidden states `[B, T, D]` of the new tokens (what the heads read)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        x = self.backbone.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        size, width = x.shape[:2]
+        if lengths is None:
+            lengths = torch.full((size,), width, dtype=torch.int64, device=x.device)
+        lengths = lengths.to(device=x.device, dtype=torch.int64)
+        if cache is None:
+            positions = torch.arange(width, device=x.device).expand(size, width)
+            positions = torch.where(positions < lengths.unsqueeze(1), positions, -1)
+            n_keys, expanded = width, True
+        else:
+            if cache.batch_size != size:
+                raise ValueError(f"cache holds {cache.batch_size} sequences, input has {size}")
+            positions = cache.positions_for(lengths, width)
+            n_keys, expanded = int((cache.lengths + lengths).max()), bool((cache.lengths == 0).all())
+        cos, sin = self.backbone.rotary(positions, x.dtype)
+        batch = AttentionBatch(positions, cos, sin, n_keys, cache, expanded)
+        for layer in self.backbone.layers:
+            x = layer(x, batch)
+        if cache is not None:
+            cache.advance(lengths)
+        return self.backbone.norm(x)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> "Model":
+        """Load a transformers DeepSeek-V3.2 folder (`config.json` + safetensors, sharded or not)."""
+        path = Path(path)
+        config = ModelConfig.load(path)
+        with torch.device("meta"):
+            model = cls(config)
+        found = read_weights(path, config)
+        check_weights(model.state_dict(), found, config.tie_word_embeddings)
+        model = model.to_empty(device="cpu")
+        model.load_state_dict(found, strict=not config.tie_word_embeddings)
+        if config.tie_word_embeddings:
+            model.lm_head.weight = model.backbone.embed_tokens.weight
+        model.backbone.rotary = RotaryEmbedding(config)
+        return model.to(dtype).eval()
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write `config.json` + `model.safetensors` in the layout transformers loads."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.config.save(path)
+        write_weights(path, self.state_dict(), self.config.tie_word_embeddings)

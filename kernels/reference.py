@@ -1,0 +1,104 @@
+"""Torch reference implementations of Jev's attention kernels.
+
+These are the contracts the Triton kernels are tested against, and the code that runs on CPU.
+All of them work on the latent cache layout of MLA in its absorbed ("MQA") form: one shared key
+per token, `kv_cache[b, s] = [latent (kv_lora_rank) ‖ rope key (qk_rope_head_dim)]`, and the value
+is the latent itself.
+
+Query positions carry the causal structure: query `t` of sequence `b` sits at absolute position
+`q_positions[b, t]` and sees every cached position `s <= q_positions[b, t]`. A negative position
+marks a padding query: it sees nothing, and its output is zero (never NaN).
+"""
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+def causal_key_mask(q_positions: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """`[B, T, L]` bool: key `s` is visible to query `t` when `0 <= s <= q_positions[b, t]`."""
+    keys = torch.arange(n_keys, device=q_positions.device)
+    return keys.view(1, 1, n_keys) <= q_positions.unsqueeze(-1)
+
+
+def _softmax_rows(scores: torch.Tensor, visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked softmax over the last axis; rows with no visible key give p = 0 and lse = -inf."""
+    scores = scores.masked_fill(~visible, NEG_INF)
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - lse.unsqueeze(-1).clamp(min=torch.finfo(scores.dtype).min))
+    return probs.nan_to_num(0.0), lse
+
+
+def mla_decode(
+    q_latent: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    q_positions: torch.Tensor,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dense absorbed MLA attention of new query tokens over the latent cache.
+
+    q_latent: `[B, T, H, d_c]` (W_UK already folded in), q_rope: `[B, T, H, d_r]`,
+    kv_cache: `[B, L, d_c + d_r]`, q_positions: `[B, T]` int.
+    Returns the output in latent space `[B, T, H, d_c]` and the log-sum-exp `[B, T, H]`.
+    """
+    d_c = q_latent.shape[-1]
+    latent, rope_key = kv_cache[..., :d_c], kv_cache[..., d_c:]
+    scores = torch.einsum("bthc,blc->bthl", q_latent, latent)
+    scores = scores + torch.einsum("bthr,blr->bthl", q_rope, rope_key)
+    visible = causal_key_mask(q_positions, kv_cache.shape[1]).unsqueeze(2)
+    probs, lse = _softmax_rows(scores * scale, visible)
+    return torch.einsum("bthl,blc->bthc", probs, latent), lse
+
+
+def indexer_logits(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    k_cache: torch.Tensor,
+    q_positions: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """DSA index scores `I[t, s] = sum_j w[t, j] * relu(scale * q[t, j] . k[s])`, -inf where not causal.
+
+    q: `[B, T, H_I, d_I]`, weights: `[B, T, H_I]`, k_cache: `[B, L, d_I]`, q_positions: `[B, T]`.
+    Returns float32 `[B, T, L]`. The order of operations follows DeepSeek's reference (scores per
+    head, ReLU, then a weighted sum over heads as a matmul) so selections agree bit for bit.
+    """
+    per_head = torch.matmul(q.float(), k_cache.float().transpose(-1, -2).unsqueeze(1)) * scale
+    scores = torch.matmul(weights.float().unsqueeze(-2), per_head.relu()).squeeze(-2)
+    return scores.masked_fill(~causal_key_mask(q_positions, k_cache.shape[1]), NEG_INF)
+
+
+def select_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-`min(k, L)` key indices per query as int32, `-1` where the score is -inf (not causal).
+
+    Masked entries can be picked by `topk` when a row has fewer than k visible keys; marking them
+    -1 is what keeps the selection causal.
+    """
+    values, indices = scores.topk(min(k, scores.shape[-1]), dim=-1)
+    return torch.where(values == NEG_INF, -1, indices).to(torch.int32)
+
+
+def sparse_mla(
+    q_latent: torch.Tensor,
+    q_rope: torch.Tensor,
+    kv_cache: torch.Tensor,
+    indices: torch.Tensor,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Absorbed MLA attention over the gathered top-k positions only (no dense L x L mask).
+
+    q_latent: `[B, T, H, d_c]`, q_rope: `[B, T, H, d_r]`, kv_cache: `[B, L, d_c + d_r]`,
+    indices: `[B, T, K]` int32 with -1 for unused slots. Returns `[B, T, H, d_c]` and lse `[B, T, H]`.
+    """
+    batch, n_query, top = indices.shape
+    d_c = q_latent.shape[-1]
+    valid = indices >= 0
+    flat = indices.clamp(min=0).long().view(batch, n_query * top, 1).expand(-1, -1, kv_cache.shape[-1])
+    gathered = kv_cache.gather(1, flat).view(batch, n_query, top, -1)
+    gathered = gathered.masked_fill(~valid.unsqueeze(-1), 0.0)
+    latent, rope_key = gathered[..., :d_c], gathered[..., d_c:]
+    scores = torch.einsum("bthc,btkc->bthk", q_latent, latent)
+    scores = scores + torch.einsum("bthr,btkr->bthk", q_rope, rope_key)
+    probs, lse = _softmax_rows(scores * scale, valid.unsqueeze(2))
+    return torch.einsum("bthk,btkc->bthc", probs, latent), lse

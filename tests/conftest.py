@@ -1,0 +1,47 @@
+"""Shared fixtures: tiny DeepSeek-V3.2 configs and randomly initialised models."""
+
+import pytest
+import torch
+
+from jev.model import Model, ModelConfig
+
+TINY = dict(
+    vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+    q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+    index_n_heads=8, index_head_dim=16, index_topk=4096, max_position_embeddings=512,
+)
+MOE = dict(
+    first_k_dense_replace=1, n_routed_experts=8, n_group=2, topk_group=1, num_experts_per_tok=2,
+    moe_intermediate_size=24, routed_scaling_factor=2.5,
+)
+YARN = dict(
+    rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "mscale": 1.0,
+                  "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1},
+)
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    return ModelConfig(**{**TINY, **overrides})
+
+
+def random_model(config: ModelConfig, seed: int = 0) -> Model:
+    """Weights drawn wider than a fresh init so attention is far from uniform and bugs show."""
+    torch.manual_seed(seed)
+    model = Model(config)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(std=0.2)
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.normal_(std=0.1)
+    return model.eval()
+
+
+@pytest.fixture
+def tiny_model() -> Model:
+    return random_model(tiny_config(index_topk=24))
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Max abs error relative to the reference's scale."""
+    return float((actual - expected).abs().max() / expected.abs().max())
