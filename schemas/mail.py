@@ -1,0 +1,30 @@
+"""The mail task: is a mail spam, does it come from a mailing list, is it a reply.
+
+Data: the SpamAssassin public corpus (see /work/shared/data/README.md, task `mail`).
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from jev.schema import Task
+
+
+class MailInput(BaseModel):
+    body: str = Field(description="The mail's text without headers (decoded parts, HTML tags stripped).")
+
+
+class MailDecision(BaseModel):
+    kind: Literal["easy_ham", "hard_ham", "spam"] = Field(
+        description="spam, ham that is easy to tell from spam, or ham that looks like spam."
+    )
+    mailing_list: bool = Field(description="The mail was sent through a mailing list.")
+    reply: bool = Field(description="The mail replies to an earlier one.")
+
+
+TASK = Task(
+    name="mail",
+    input_model=MailInput,
+    decision_model=MailDecision,
+    description="Triage a mail from its body: spam or ham, mailing list or not, reply or not.",
+)
