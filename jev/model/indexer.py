@@ -13,6 +13,10 @@ from jev.kernels import ops
 from jev.model.config import ModelConfig
 from jev.model.rope import rotate_half_split
 
+# Per-head scores of a long prefill are [B, T, H_I, L]; queries are scored in chunks of at most
+# this many elements so memory stays bounded while each chunk is still one large matmul.
+_SCORE_BUDGET = 1 << 24
+
 
 class Indexer(nn.Module):
     """Projections of the indexer; the scoring itself is `jev.kernels.ops.indexer_logits`."""
@@ -59,5 +63,10 @@ class Indexer(nn.Module):
         """
         with torch.no_grad():
             q, weights = self.queries(x, q_compressed, cos, sin)
-            scores = ops.indexer_logits(q, weights, key_cache, q_positions, self.scale)
-            return ops.select_topk(scores, self.index_topk)
+            chunk = max(1, _SCORE_BUDGET // (self.n_heads * key_cache.shape[1] * x.shape[0]))
+            selected = []
+            for start in range(0, x.shape[1], chunk):
+                rows = slice(start, start + chunk)
+                scores = ops.indexer_logits(q[:, rows], weights[:, rows], key_cache, q_positions[:, rows], self.scale)
+                selected.append(ops.select_topk(scores, self.index_topk))
+            return torch.cat(selected, dim=1)

@@ -35,6 +35,8 @@ class AttentionBatch:
     n_keys: how many key slots the pass can see (the longest sequence after appending).
     cache: the latent cache written and read by this pass, or None for a cache-free pass.
     expanded: no sequence has past tokens, so attention stays within the new tokens.
+    indexer_losses: set in training (DSA's dense warm-up): attention stays dense and each layer
+        appends the KL divergence of its indexer's distribution from the head-summed attention.
     """
 
     positions: torch.Tensor
@@ -43,6 +45,7 @@ class AttentionBatch:
     n_keys: int
     cache: LatentCache | None
     expanded: bool
+    indexer_losses: list[torch.Tensor] | None = None
 
 
 class MLA(nn.Module):
@@ -79,7 +82,9 @@ class MLA(nn.Module):
             batch.cache.write(self.layer_idx, batch.positions, kv, index_key)
             kv, index_key = batch.cache.view(self.layer_idx, batch.n_keys)
 
-        if self.index_topk < batch.n_keys:
+        if batch.indexer_losses is not None:
+            out = self.dense_training_attention(x, q_compressed, q_nope, q_rope, kv, batch)
+        elif self.index_topk < batch.n_keys:
             top = self.indexer.select(x, q_compressed, index_key, batch.positions, batch.cos, batch.sin)
             out_latent, _ = ops.sparse_mla(self.absorb_query(q_nope), q_rope, kv, top, self.scale)
             out = self.expand_output(out_latent)
@@ -119,3 +124,37 @@ class MLA(nn.Module):
             attn_mask=visible.unsqueeze(1), scale=self.scale,
         )
         return out.transpose(1, 2)
+
+    def dense_training_attention(
+        self,
+        x: torch.Tensor,
+        q_compressed: torch.Tensor,
+        q_nope: torch.Tensor,
+        q_rope: torch.Tensor,
+        kv: torch.Tensor,
+        batch: AttentionBatch,
+    ) -> torch.Tensor:
+        """Dense expanded attention with explicit probabilities, which also train the indexer.
+
+        The indexer's target is the attention distribution summed over heads and renormalised
+        (DeepSeek-V3.2's dense warm-up). Its inputs are detached, so the KL term trains only the
+        indexer and the language-model loss never reaches it.
+        """
+        size, length = batch.positions.shape
+        latent, k_rope = kv[..., : self.d_latent], kv[..., self.d_latent :]
+        k_nope, value = self.kv_b_proj(latent).view(size, length, self.n_heads, -1).split([self.d_nope, self.d_v], -1)
+        scores = torch.einsum("bthn,bshn->bhts", q_nope, k_nope) + torch.einsum("bthr,bsr->bhts", q_rope, k_rope)
+        visible = ops.causal_key_mask(batch.positions, length)
+        visible[..., 0] |= ~visible.any(-1)
+        probs = torch.softmax((scores * self.scale).masked_fill(~visible.unsqueeze(1), float("-inf")), dim=-1)
+        target = probs.detach().sum(1)
+        target = target / target.sum(-1, keepdim=True)
+        q_index, weights = self.indexer.queries(x.detach(), q_compressed.detach(), batch.cos, batch.sin)
+        keys = self.indexer.keys(x.detach(), batch.cos, batch.sin)
+        index_scores = ops.indexer_logits(q_index, weights, keys, batch.positions.clamp(min=0), self.indexer.scale)
+        log_q = torch.log_softmax(index_scores, dim=-1).masked_fill(~visible, 0.0)
+        kl = (target * (target.clamp(min=1e-12).log() - log_q)).sum(-1)
+        real = batch.positions >= 0
+        batch.indexer_losses.append((kl * real).sum() / real.sum().clamp(min=1))
+        return torch.einsum("bhts,bshv->bthv", probs, value)
+

@@ -88,28 +88,59 @@ class Model(nn.Module):
         lengths: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The final-normed hidden states `[B, T, D]` of the new tokens (what the heads read)."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        x = self.backbone.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-        size, width = x.shape[:2]
-        if lengths is None:
-            lengths = torch.full((size,), width, dtype=torch.int64, device=x.device)
-        lengths = lengths.to(device=x.device, dtype=torch.int64)
+        x = self._embed(input_ids, inputs_embeds)
+        lengths = self._lengths(x, lengths)
         if cache is None:
-            positions = torch.arange(width, device=x.device).expand(size, width)
-            positions = torch.where(positions < lengths.unsqueeze(1), positions, -1)
-            n_keys, expanded = width, True
+            positions, n_keys, expanded = self._fresh_positions(x, lengths), x.shape[1], True
         else:
-            if cache.batch_size != size:
-                raise ValueError(f"cache holds {cache.batch_size} sequences, input has {size}")
-            positions = cache.positions_for(lengths, width)
+            if cache.batch_size != x.shape[0]:
+                raise ValueError(f"cache holds {cache.batch_size} sequences, input has {x.shape[0]}")
+            positions = cache.positions_for(lengths, x.shape[1])
             n_keys, expanded = int((cache.lengths + lengths).max()), bool((cache.lengths == 0).all())
         cos, sin = self.backbone.rotary(positions, x.dtype)
-        batch = AttentionBatch(positions, cos, sin, n_keys, cache, expanded)
-        for layer in self.backbone.layers:
-            x = layer(x, batch)
+        hidden = self._layers(x, AttentionBatch(positions, cos, sin, n_keys, cache, expanded))
         if cache is not None:
             cache.advance(lengths)
+        return hidden
+
+    def training_states(
+        self,
+        input_ids: torch.Tensor | None = None,
+        *,
+        inputs_embeds: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden states `[B, T, D]` under dense attention, and the indexers' mean KL loss.
+
+        Training keeps attention dense (DeepSeek-V3.2's warm-up stage) while each layer's indexer
+        learns to predict where attention goes, so the top-k selection used at inference is trained.
+        """
+        x = self._embed(input_ids, inputs_embeds)
+        positions = self._fresh_positions(x, self._lengths(x, lengths))
+        cos, sin = self.backbone.rotary(positions, x.dtype)
+        losses: list[torch.Tensor] = []
+        hidden = self._layers(x, AttentionBatch(positions, cos, sin, x.shape[1], None, True, losses))
+        return hidden, torch.stack(losses).mean()
+
+    def _embed(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        return self.backbone.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+
+    @staticmethod
+    def _lengths(x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+        if lengths is None:
+            return torch.full((x.shape[0],), x.shape[1], dtype=torch.int64, device=x.device)
+        return lengths.to(device=x.device, dtype=torch.int64)
+
+    @staticmethod
+    def _fresh_positions(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[0], -1)
+        return torch.where(positions < lengths.unsqueeze(1), positions, -1)
+
+    def _layers(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+        for layer in self.backbone.layers:
+            x = layer(x, batch)
         return self.backbone.norm(x)
 
     @classmethod
