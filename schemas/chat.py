@@ -1,8 +1,8 @@
 """The chat task: which language a short chat message is in, and what it talks about.
 
-Data: chatterbot-corpus conversations in 24 languages (see /work/shared/data/README.md, task
-`chat`). The value lists follow that README exactly, spelling and order, since the layout hash
-of a trained model depends on both.
+Data: chatterbot-corpus conversations in 24 languages (`jev data fetch && jev data prepare`; see
+docs/data.md). The value lists keep the data set's spelling and order, since the layout hash of a
+trained model depends on both.
 """
 
 from typing import Literal

@@ -1,6 +1,8 @@
 """The mail task: is a mail spam, does it come from a mailing list, is it a reply.
 
-Data: the SpamAssassin public corpus (see /work/shared/data/README.md, task `mail`).
+Data: the SpamAssassin public corpus (`jev data fetch && jev data prepare`; see docs/data.md).
+Mails can run to many thousand tokens and their first lines carry most of the signal, so the task
+declares truncation: an over-long body is cut to the model's input limit instead of refused.
 """
 
 from typing import Literal
@@ -27,4 +29,5 @@ TASK = Task(
     input_model=MailInput,
     decision_model=MailDecision,
     description="Triage a mail from its body: spam or ham, mailing list or not, reply or not.",
+    truncate=True,
 )

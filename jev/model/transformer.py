@@ -122,10 +122,14 @@ class Model(nn.Module):
         hidden = self._layers(x, AttentionBatch(positions, cos, sin, x.shape[1], None, True, losses))
         return hidden, torch.stack(losses).mean()
 
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings `[B, T, D]`, for callers that splice their own vectors in (decision queries)."""
+        return self.backbone.embed_tokens(input_ids)
+
     def _embed(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        return self.backbone.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        return self.embed(input_ids) if inputs_embeds is None else inputs_embeds
 
     @staticmethod
     def _lengths(x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:

@@ -1,0 +1,1 @@
+"""Running the model: the one-pass decision runner and its checkpoint folder."""

@@ -1,0 +1,123 @@
+"""A decider folder on disk: the backbone, tokenizer, heads and `jev.json`, with no pickle anywhere.
+
+```
+config.json, model.safetensors   the DeepSeek-V3.2 backbone, loadable by transformers
+tokenizer.json                   byte-level BPE (HF tokenizers)
+heads.safetensors                per task: field query embeddings and head weights
+jev.json                         tasks (module reference, trained schema layout and hash, input
+                                 token limit), calibrators, training provenance
+```
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+
+from jev.model import CheckpointError, Model
+from jev.model.heads import HeadLayout, TaskHeads
+from jev.schema import DecisionSpec
+
+MANIFEST_FILE = "jev.json"
+HEADS_FILE = "heads.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class TaskEntry:
+    """What a checkpoint records of one task it was trained on."""
+
+    reference: str
+    layout: dict[str, Any]
+    schema_hash: str
+    max_input_tokens: int
+
+
+@dataclass
+class Manifest:
+    """The contents of `jev.json`."""
+
+    tasks: dict[str, TaskEntry]
+    training: dict[str, Any] = field(default_factory=dict)
+    calibration: dict[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def read(cls, folder: Path) -> "Manifest":
+        file = folder / MANIFEST_FILE
+        try:
+            raw = json.loads(file.read_text())
+            if raw.get("format_version") != FORMAT_VERSION:
+                raise CheckpointError(
+                    f"{file} has format_version {raw.get('format_version')!r}; this Jev reads {FORMAT_VERSION}"
+                )
+            tasks = {name: TaskEntry(**entry) for name, entry in raw["tasks"].items()}
+            return cls(tasks, raw.get("training", {}), raw.get("calibration", {}), raw["format_version"])
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"{folder} is not a Jev decider: no {MANIFEST_FILE}") from exc
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            raise CheckpointError(f"{file} is corrupt or not a Jev manifest: {exc!r}") from exc
+
+
+def head_layouts(spec: DecisionSpec) -> list[HeadLayout]:
+    """One head per closed field, sized by its values (labels for multi-label fields)."""
+    return [HeadLayout(f.name, f.n_values, f.kind == "multilabel") for f in spec.closed_fields]
+
+
+def save_heads(folder: Path, heads: dict[str, TaskHeads]) -> None:
+    tensors = {
+        f"{task}.{name}": tensor.detach().contiguous().clone()
+        for task, module in heads.items()
+        for name, tensor in module.state_dict().items()
+    }
+    save_file(tensors, folder / HEADS_FILE, metadata={"format": "pt"})
+
+
+def load_heads(folder: Path, layouts: dict[str, list[HeadLayout]], hidden_size: int) -> dict[str, TaskHeads]:
+    """Rebuild every task's heads and fill them, refusing missing or misshapen tensors."""
+    try:
+        tensors = load_file(folder / HEADS_FILE)
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"{folder} has no {HEADS_FILE}") from exc
+    except Exception as exc:  # safetensors raises its own error types for truncated or foreign files
+        raise CheckpointError(f"cannot read {folder / HEADS_FILE}: {exc}") from exc
+    heads = {}
+    for task, fields in layouts.items():
+        module = TaskHeads(hidden_size, fields)
+        expected = module.state_dict()
+        found = {name: tensors.get(f"{task}.{name}") for name in expected}
+        for name, tensor in found.items():
+            if tensor is None or tensor.shape != expected[name].shape:
+                got = "missing" if tensor is None else f"shape {tuple(tensor.shape)}"
+                raise CheckpointError(
+                    f"{HEADS_FILE}: {task}.{name} is {got}, the task's schema needs {tuple(expected[name].shape)}"
+                )
+        module.load_state_dict(found)
+        heads[task] = module
+    return heads
+
+
+def load_tokenizer(folder: Path) -> Tokenizer:
+    try:
+        return Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+    except Exception as exc:  # tokenizers raises a bare Exception for missing and malformed files alike
+        raise CheckpointError(f"cannot read {folder / TOKENIZER_FILE}: {exc}") from exc
+
+
+def save_bundle(
+    folder: Path, model: Model, tokenizer: Tokenizer, heads: dict[str, TaskHeads], manifest: Manifest
+) -> None:
+    """Write every file of a decider folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save(str(folder / TOKENIZER_FILE))
+    save_heads(folder, heads)
+    (folder / MANIFEST_FILE).write_text(manifest.to_json())
+

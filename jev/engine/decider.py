@@ -1,0 +1,193 @@
+"""`Decider`: a pydantic decision model in, a typed answer with every value's probability out.
+
+    decider = Decider.load("models/default")
+    result = decider.decide(MailDecision, {"body": "Win a free cruise! Click here."})
+    result.value.kind, result.probs["kind"]["spam"], result.usage.forward_passes  # 'spam', 0.97, 1
+
+One forward pass decides every closed field of a whole batch (see `jev.engine.decision`).
+"""
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel
+from tokenizers import Tokenizer
+
+from jev.engine.bundle import Manifest, TaskEntry, head_layouts, load_heads, load_tokenizer, save_bundle
+from jev.engine.decision import DecisionModel
+from jev.model import Model
+from jev.model.heads import TaskHeads
+from jev.schema import (
+    Decided,
+    InputTooLongError,
+    JevError,
+    Task,
+    Usage,
+    check_layout,
+    compile_decision,
+    describe_changes,
+    load_task,
+    render_input,
+)
+
+BOS_TOKEN = "<bos>"
+
+
+class UnknownTaskError(JevError):
+    """A decision model or task name this decider was not trained for."""
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One validated input ready for the forward pass."""
+
+    token_ids: list[int]
+    truncated: bool
+
+
+class Decider:
+    """Decides the tasks of one checkpoint. Thread-compatible: one decision pass at a time."""
+
+    def __init__(
+        self,
+        model: Model,
+        tokenizer: Tokenizer,
+        tasks: dict[str, Task],
+        decision_model: DecisionModel,
+        manifest: Manifest,
+        max_batch: int = 32,
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.tasks = tasks
+        self.decision_model = decision_model.eval()
+        self.manifest = manifest
+        self.max_batch = max_batch
+        self._bos = tokenizer.token_to_id(BOS_TOKEN)
+        if self._bos is None:
+            raise JevError(f"the tokenizer has no {BOS_TOKEN} token")
+
+    @classmethod
+    def load(cls, path: str | Path, tasks: Sequence[Task] = (), max_batch: int = 32) -> "Decider":
+        """Load a decider folder. Tasks are imported from the references in `jev.json` unless given.
+
+        A task whose decision schema differs from the one the heads were trained on is refused
+        with a SchemaMismatchError that names the changed fields.
+        """
+        folder = Path(path)
+        manifest = Manifest.read(folder)
+        given = {task.name: task for task in tasks}
+        resolved = {}
+        for name, entry in manifest.tasks.items():
+            task = given.get(name) or load_task(entry.reference)
+            check_layout(task.spec, entry.layout, name)
+            resolved[name] = task
+        model = Model.from_pretrained(folder)
+        layouts = {name: head_layouts(task.spec) for name, task in resolved.items()}
+        heads = load_heads(folder, layouts, model.config.hidden_size)
+        return cls(model, load_tokenizer(folder), resolved, DecisionModel(model, heads), manifest, max_batch)
+
+    @classmethod
+    def new(
+        cls, model: Model, tokenizer: Tokenizer, tasks: dict[str, Task], max_input_tokens: int, max_batch: int = 32
+    ) -> "Decider":
+        """A decider with freshly initialised heads; `tasks` maps each `module:NAME` reference to its task."""
+        room = model.config.max_position_embeddings - max_input_tokens
+        entries, heads = {}, {}
+        for reference, task in tasks.items():
+            if len(task.spec.closed_fields) > room:
+                raise JevError(
+                    f"task {task.name!r}: {max_input_tokens} input tokens plus {len(task.spec.closed_fields)} field "
+                    f"tokens exceed the model's {model.config.max_position_embeddings} positions"
+                )
+            entries[task.name] = TaskEntry(reference, task.spec.layout(), task.spec.hash, max_input_tokens)
+            heads[task.name] = TaskHeads(model.config.hidden_size, head_layouts(task.spec))
+        by_name = {task.name: task for task in tasks.values()}
+        return cls(model, tokenizer, by_name, DecisionModel(model, heads), Manifest(entries), max_batch)
+
+    def save(self, path: str | Path) -> None:
+        save_bundle(Path(path), self.model, self.tokenizer, dict(self.decision_model.heads.items()), self.manifest)
+
+    def task_for(self, decision: type[BaseModel] | str) -> Task:
+        """The task deciding `decision`: a task name, or a decision model with the trained schema."""
+        if isinstance(decision, str):
+            if decision in self.tasks:
+                return self.tasks[decision]
+            raise UnknownTaskError(f"no task {decision!r}; this model decides {sorted(self.tasks)}")
+        for task in self.tasks.values():
+            if task.decision_model is decision or task.spec.hash == compile_decision(decision).hash:
+                return task
+        hint = ""
+        for name, task in self.tasks.items():
+            if task.decision_model.__name__ == decision.__name__:
+                changes = describe_changes(self.manifest.tasks[name].layout, compile_decision(decision).layout())
+                hint = f"; {decision.__name__} differs from task {name!r}'s trained schema: " + "; ".join(changes)
+        raise UnknownTaskError(
+            f"no task decides {decision.__name__}; this model decides "
+            f"{ {name: t.decision_model.__name__ for name, t in self.tasks.items()} }{hint}"
+        )
+
+    def encode(self, task: Task, data: BaseModel | dict[str, Any]) -> Encoded:
+        """Validate, render and tokenise one input, enforcing the task's token limit."""
+        text = render_input(task, task.parse_input(data))
+        ids = [self._bos, *self.tokenizer.encode(text).ids]
+        limit = self.manifest.tasks[task.name].max_input_tokens
+        if len(ids) <= limit:
+            return Encoded(ids, truncated=False)
+        if not task.truncate:
+            raise InputTooLongError(len(ids), limit)
+        return Encoded(ids[:limit], truncated=True)
+
+    def decide(self, decision: type[BaseModel] | str, data: BaseModel | dict[str, Any]) -> Decided:
+        return self.decide_batch(decision, [data])[0]
+
+    def decide_batch(
+        self, decision: type[BaseModel] | str, inputs: Sequence[BaseModel | dict[str, Any]]
+    ) -> list[Decided]:
+        """Decide many inputs in `ceil(len / max_batch)` forward passes, results in input order."""
+        task = self.task_for(decision)
+        task.spec.require_closed_only()
+        encoded = [self.encode(task, data) for data in inputs]
+        results: list[Decided] = []
+        for start in range(0, len(encoded), self.max_batch):
+            results.extend(self._decide_encoded(task, encoded[start : start + self.max_batch]))
+        return results
+
+    def probabilities(self, task: Task, token_ids: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Raw head probabilities per closed field `[B, n_values]`, from one forward pass."""
+        with torch.inference_mode():
+            logits, _ = self.decision_model(task.name, token_ids)
+            return self.decision_model.heads[task.name].probabilities(logits)
+
+    def _decide_encoded(self, task: Task, batch: Sequence[Encoded]) -> list[Decided]:
+        start = time.perf_counter()
+        probs = self.probabilities(task, [e.token_ids for e in batch])
+        compute_ms = 1e3 * (time.perf_counter() - start)
+        fields = task.spec.closed_fields
+        result_type = Decided[task.decision_model]
+        results = []
+        for row, item in enumerate(batch):
+            table = {
+                f.name: dict(zip(f.values, p[row].tolist(), strict=True)) for f, p in zip(fields, probs, strict=True)
+            }
+            value = task.spec.build({f.name: _choose(f.kind, table[f.name]) for f in fields})
+            usage = Usage(input_tokens=len(item.token_ids), forward_passes=1, compute_ms=compute_ms)
+            results.append(result_type(value=value, probs=table, usage=usage, model=self._model_info(item)))
+        return results
+
+    def _model_info(self, item: Encoded) -> dict[str, Any]:
+        return {
+            "calibrated": bool(self.manifest.calibration),
+            "truncated_input": item.truncated,
+        }
+
+
+def _choose(kind: str, table: dict[Any, float]) -> Any:
+    """The default policy: the most probable value, or for multi-label every label with p >= 0.5."""
+    if kind == "multilabel":
+        return [label for label, p in table.items() if p >= 0.5]
+    return max(table, key=table.__getitem__)
