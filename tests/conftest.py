@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from jev.model import Model, ModelConfig
 
@@ -45,3 +46,17 @@ def tiny_model() -> Model:
 def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """Max abs error relative to the reference's scale."""
     return float((actual - expected).abs().max() / expected.abs().max())
+
+
+def tiny_tokenizer() -> Tokenizer:
+    """A byte-level BPE of 400 ids with Jev's special tokens, trained on a few sentences."""
+    text = ["Win a free cruise now!", "Meeting moved to Tuesday, see agenda.", "Re: patch for the kernel build"]
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<bos>", "<eos>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator(text * 20, trainer)
+    return tokenizer
+

@@ -7,7 +7,6 @@ from typing import Literal
 import pytest
 import torch
 from pydantic import BaseModel, Field
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from jev import Decided, Decider
 from jev.engine.decider import UnknownTaskError
@@ -16,9 +15,7 @@ from jev.schema import InputTooLongError, InvalidInputError, SchemaMismatchError
 from schemas.examples import TASK as EXAMPLE_TASK
 from schemas.mail import TASK as MAIL_TASK
 from schemas.mail import MailDecision
-from tests.conftest import random_model, tiny_config
-
-TEXT = ["Win a free cruise now!", "Meeting moved to Tuesday, see agenda.", "Re: patch for the kernel build"] * 20
+from tests.conftest import random_model, tiny_config, tiny_tokenizer
 
 
 class Priority(Enum):
@@ -45,16 +42,6 @@ class TicketDecision(BaseModel):
 
 TICKET = Task(name="ticket", input_model=TicketInput, decision_model=TicketDecision, truncate=True)
 STRICT = Task(name="strict", input_model=TicketInput, decision_model=Routing)
-
-
-def tiny_tokenizer() -> Tokenizer:
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=97, special_tokens=["<bos>", "<eos>", "<pad>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator(TEXT, trainer)
-    return tokenizer
 
 
 @pytest.fixture(scope="module")

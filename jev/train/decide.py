@@ -1,0 +1,191 @@
+"""Decision fine-tuning: the backbone and every task's heads, trained together on labelled rows.
+
+A plain loop: length-bucketed batches of one task at a time, summed per-field losses (cross-entropy
+for single-choice fields, binary cross-entropy per label for multi-label ones) plus the DSA
+indexer's warm-up loss, AdamW with warm-up and cosine decay, a validation pass after every epoch,
+and the epoch with the lowest validation loss kept.
+"""
+
+import copy
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from jev.engine.bundle import load_tokenizer
+from jev.engine.decider import Decider
+from jev.engine.decision import DecisionModel
+from jev.model import Model
+from jev.schema import Task
+from jev.train.examples import Example, read_examples
+
+
+@dataclass
+class TaskData:
+    """One task to train: its `module:NAME` reference and its train / validation JSONL files."""
+
+    reference: str
+    task: Task
+    train: Path
+    valid: Path
+
+
+@dataclass
+class DecideSettings:
+    tasks: list[TaskData]
+    base: Path
+    out: Path
+    epochs: int = 3
+    batch_size: int = 16
+    lr: float = 5e-4
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    max_input_tokens: int = 256
+    indexer_weight: float = 1.0
+    seed: int = 0
+    skip_invalid: bool = False
+
+    def provenance(self) -> dict:
+        """The settings as JSON values, for `jev.json`'s training record."""
+        return {
+            "base": str(self.base), "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
+            "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
+            "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight, "seed": self.seed,
+            "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid)}
+                      for d in self.tasks},
+        }
+
+
+@dataclass
+class TaskSplits:
+    train: list[Example]
+    valid: list[Example]
+    skipped: list[str]
+
+
+def field_losses(task: Task, logits: list[torch.Tensor], batch: list[Example]) -> torch.Tensor:
+    """Sum over closed fields of the mean loss of each field's head."""
+    total = logits[0].new_zeros(())
+    for spec, field_logits in zip(task.spec.closed_fields, logits, strict=True):
+        target = torch.tensor([example.label[spec.name] for example in batch], device=field_logits.device)
+        if spec.kind == "multilabel":
+            total = total + F.binary_cross_entropy_with_logits(field_logits, target.float())
+        else:
+            total = total + F.cross_entropy(field_logits, target)
+    return total
+
+
+def batches(examples: list[Example], batch_size: int, rng: random.Random) -> list[list[Example]]:
+    """Shuffled batches of similar lengths: sort within windows of 50 batches, so padding stays small."""
+    order = examples[:]
+    rng.shuffle(order)
+    window = batch_size * 50
+    grouped = []
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start : start + window], key=lambda e: len(e.token_ids))
+        grouped += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    rng.shuffle(grouped)
+    return grouped
+
+
+def evaluate(model: DecisionModel, task: Task, examples: list[Example], batch_size: int) -> dict[str, float]:
+    """Validation loss and per-field accuracy with inference-time (sparse) attention."""
+    model.eval()
+    loss, correct, count = 0.0, dict.fromkeys((f.name for f in task.spec.closed_fields), 0), 0
+    with torch.no_grad():
+        for start in range(0, len(examples), batch_size):
+            batch = examples[start : start + batch_size]
+            logits, _ = model(task.name, [e.token_ids for e in batch])
+            loss += float(field_losses(task, logits, batch)) * len(batch)
+            for spec, field_logits in zip(task.spec.closed_fields, logits, strict=True):
+                target = torch.tensor([e.label[spec.name] for e in batch])
+                guess = (field_logits > 0).long() if spec.kind == "multilabel" else field_logits.argmax(-1)
+                matches = (guess == target).all(-1) if spec.kind == "multilabel" else guess == target
+                correct[spec.name] += int(matches.sum())
+            count += len(batch)
+    model.train()
+    return {"loss": loss / count, **{f"accuracy.{name}": hits / count for name, hits in correct.items()}}
+
+
+def learning_rate(step: int, total: int, settings: DecideSettings) -> float:
+    if step < settings.warmup_steps:
+        return settings.lr * (step + 1) / settings.warmup_steps
+    progress = (step - settings.warmup_steps) / max(1, total - settings.warmup_steps)
+    return settings.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def train_decisions(settings: DecideSettings) -> Path:
+    """Fine-tune from `settings.base` and write a decider folder to `settings.out`."""
+    torch.manual_seed(settings.seed)
+    rng = random.Random(settings.seed)
+    model = Model.from_pretrained(settings.base).train()
+    tasks = {data.reference: data.task for data in settings.tasks}
+    decider = Decider.new(model, load_tokenizer(settings.base), tasks, settings.max_input_tokens)
+
+    def encode(task: Task, data: dict) -> list[int]:
+        return decider.encode(task, data).token_ids
+
+    splits = {}
+    for data in settings.tasks:
+        train, skipped = read_examples(data.train, data.task, encode, settings.skip_invalid)
+        valid, skipped_valid = read_examples(data.valid, data.task, encode, settings.skip_invalid)
+        splits[data.task.name] = TaskSplits(train, valid, skipped + skipped_valid)
+        for line in skipped + skipped_valid:
+            print(f"skipped {line}")
+
+    network = decider.decision_model.train()
+    matrices = [p for p in network.parameters() if p.dim() >= 2]
+    others = [p for p in network.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": matrices, "weight_decay": settings.weight_decay}, {"params": others, "weight_decay": 0.0}],
+        lr=settings.lr,
+    )
+    by_name = {data.task.name: data.task for data in settings.tasks}
+    steps_per_epoch = sum(math.ceil(len(s.train) / settings.batch_size) for s in splits.values())
+    total = steps_per_epoch * settings.epochs
+    best_loss, best_state, history = math.inf, None, []
+    step, tokens, started = 0, 0, time.perf_counter()
+    progress = tqdm(total=total, desc="train decide", unit="step")
+    for epoch in range(settings.epochs):
+        plan = [(name, batch) for name, s in splits.items() for batch in batches(s.train, settings.batch_size, rng)]
+        rng.shuffle(plan)
+        for name, batch in plan:
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, total, settings)
+            logits, indexer_loss = network(name, [e.token_ids for e in batch], training=True)
+            task_loss = field_losses(by_name[name], logits, batch)
+            loss = task_loss + settings.indexer_weight * indexer_loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
+            optimizer.step()
+            step += 1
+            tokens += sum(len(e.token_ids) for e in batch)
+            elapsed = time.perf_counter() - started
+            progress.set_postfix(task=name, loss=f"{task_loss.item():.3f}", idx=f"{indexer_loss.item():.3f}",
+                                 tok_s=f"{tokens / elapsed:.0f}")
+            progress.update()
+        scores = {name: evaluate(network, by_name[name], s.valid, settings.batch_size) for name, s in splits.items()}
+        mean_loss = sum(s["loss"] for s in scores.values()) / len(scores)
+        history.append({"epoch": epoch + 1, "step": step, **{n: s for n, s in scores.items()}})
+        progress.write(f"epoch {epoch + 1}: valid {scores}")
+        if mean_loss < best_loss:
+            best_loss, best_state = mean_loss, copy.deepcopy(network.state_dict())
+    progress.close()
+    network.load_state_dict(best_state)
+    decider.manifest.training = {
+        "settings": settings.provenance(),
+        "skipped_rows": {name: len(s.skipped) for name, s in splits.items()},
+        "epochs": history,
+        "best_valid_loss": best_loss,
+        "steps": step,
+        "tokens": tokens,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    decider.save(settings.out)
+    return settings.out

@@ -1,0 +1,70 @@
+"""Labelled decision data: JSONL rows `{"input": {...}, "label": {...}}` validated against a task.
+
+Every row goes through the same validation, rendering and tokenisation as a served request
+(`Decider.encode`), so training sees exactly what serving will. Bad rows are reported with their
+line numbers; they fail the run unless the caller chose to skip them.
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from jev.schema import JevError, ProblemsError, Task
+
+MAX_REPORTED = 20
+
+
+class InvalidRowsError(JevError):
+    """Rows of a data file that do not fit the task, one `file:line: where: what` line each."""
+
+    def __init__(self, path: Path, lines: list[str]) -> None:
+        shown = lines[:MAX_REPORTED]
+        more = f"\n... and {len(lines) - MAX_REPORTED} more" if len(lines) > MAX_REPORTED else ""
+        super().__init__(
+            f"{len(lines)} invalid rows in {path} (pass --skip-invalid to drop them):\n" + "\n".join(shown) + more
+        )
+        self.lines = lines
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training row: its token ids and the index (or 0/1 per label) of each closed field's answer."""
+
+    token_ids: list[int]
+    label: dict[str, int | list[int]]
+
+
+def read_examples(
+    path: Path,
+    task: Task,
+    encode: Callable[[Task, dict], list[int]],
+    skip_invalid: bool = False,
+) -> tuple[list[Example], list[str]]:
+    """All valid rows of `path`, and a description of each invalid row that was skipped."""
+    examples, problems = [], []
+    with open(path, encoding="utf-8") as file:
+        for number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                examples.append(_example(json.loads(line), task, encode))
+            except json.JSONDecodeError as exc:
+                problems.append(f"{path}:{number}: not JSON: {exc.msg}")
+            except ProblemsError as exc:
+                where = "; ".join(f"{p['loc']}: {p['msg']}" for p in exc.problems)
+                problems.append(f"{path}:{number}: {where}")
+            except (JevError, ValueError, TypeError) as exc:
+                problems.append(f"{path}:{number}: {exc}")
+    if problems and not skip_invalid:
+        raise InvalidRowsError(path, problems)
+    if not examples:
+        raise JevError(f"{path} has no valid rows for task {task.name!r}")
+    return examples, problems
+
+
+def _example(row: object, task: Task, encode: Callable[[Task, dict], list[int]]) -> Example:
+    if not isinstance(row, dict) or "input" not in row or "label" not in row:
+        raise ValueError('a row is an object with "input" and "label" keys')
+    label = task.spec.encode_label(row["label"])
+    return Example(encode(task, row["input"]), {f.name: label[f.name] for f in task.spec.closed_fields})

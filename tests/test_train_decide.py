@@ -1,0 +1,65 @@
+"""Decision fine-tuning on a tiny fixture: the loop learns, the output folder serves, bad rows are named."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jev import Decider
+from jev.train.decide import DecideSettings, TaskData, train_decisions
+from jev.train.examples import InvalidRowsError
+from schemas.mail import TASK as MAIL
+from schemas.mail import MailDecision
+from tests.conftest import random_model, tiny_config, tiny_tokenizer
+
+FIXTURES = Path(__file__).parent / "fixtures" / "decide"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("base")
+    model = random_model(tiny_config(index_topk=8, vocab_size=400, max_position_embeddings=128))
+    for param in model.parameters():
+        param.data.mul_(0.1)
+    model.save_pretrained(folder)
+    tiny_tokenizer().save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def settings(base: Path, out: Path, train: Path = FIXTURES / "train.jsonl", **overrides) -> DecideSettings:
+    data = TaskData("schemas.mail:TASK", MAIL, train, FIXTURES / "valid.jsonl")
+    values = dict(epochs=8, batch_size=8, lr=1e-2, warmup_steps=4, max_input_tokens=32, seed=0)
+    return DecideSettings(tasks=[data], base=base, out=out, **{**values, **overrides})
+
+
+def test_fine_tuning_learns_the_fixture_and_the_result_serves(base, tmp_path):
+    out = train_decisions(settings(base, tmp_path / "out"))
+    record = json.loads((out / "jev.json").read_text())["training"]
+    first, last = record["epochs"][0]["mail"], record["epochs"][-1]["mail"]
+    assert last["loss"] < first["loss"]
+    assert max(e["mail"]["accuracy.kind"] for e in record["epochs"]) >= 0.9
+    decider = Decider.load(out)
+    result = decider.decide(MailDecision, {"body": "win a free cruise now"})
+    assert result.value.kind == "spam"
+
+
+def test_same_seed_gives_the_same_model(base, tmp_path):
+    one = train_decisions(settings(base, tmp_path / "one", epochs=1))
+    two = train_decisions(settings(base, tmp_path / "two", epochs=1))
+    assert (one / "heads.safetensors").read_bytes() == (two / "heads.safetensors").read_bytes()
+    assert (one / "model.safetensors").read_bytes() == (two / "model.safetensors").read_bytes()
+
+
+def test_invalid_rows_are_reported_with_line_numbers(base, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    rows = (FIXTURES / "train.jsonl").read_text().splitlines()
+    rows[2] = rows[2].replace('"spam"', '"phishing"').replace('"easy_ham"', '"phishing"')
+    rows[4] = "{not json"
+    rows[6] = json.dumps({"input": {"text": "wrong key"}, "label": json.loads(rows[6])["label"]})
+    bad.write_text("\n".join(rows) + "\n")
+    with pytest.raises(InvalidRowsError) as error:
+        train_decisions(settings(base, tmp_path / "out", train=bad, epochs=1))
+    message = str(error.value)
+    assert "bad.jsonl:3: kind" in message and "bad.jsonl:5: not JSON" in message and "bad.jsonl:7: body" in message
+    out = train_decisions(settings(base, tmp_path / "out", train=bad, epochs=1, skip_invalid=True))
+    assert json.loads((out / "jev.json").read_text())["training"]["skipped_rows"] == {"mail": 3}
