@@ -11,7 +11,14 @@ from pydantic import BaseModel, Field
 from jev import Decided, Decider
 from jev.engine.decider import UnknownTaskError
 from jev.model import CheckpointError
-from jev.schema import InputTooLongError, InvalidInputError, SchemaMismatchError, Task, UnsupportedSchemaError
+from jev.schema import (
+    InputTooLongError,
+    InvalidInputError,
+    SchemaMismatchError,
+    Task,
+    UnsupportedSchemaError,
+    render_input,
+)
 from schemas.examples import TASK as EXAMPLE_TASK
 from schemas.mail import TASK as MAIL_TASK
 from schemas.mail import MailDecision
@@ -105,7 +112,14 @@ def test_input_errors_are_clear(decider):
     assert [p["loc"] for p in error.value.problems] == ["text"]
     with pytest.raises(InputTooLongError, match="over the limit of 24"):
         decider.decide(Routing, {"text": "refund " * 60})
-    assert decider.decide("ticket", {"text": "refund " * 60}).model["truncated_input"] is True
+    long_text = "refund " * 30 + "login " * 30
+    result = decider.decide("ticket", {"text": long_text})
+    assert result.model["truncated_input"] is True and result.usage.input_tokens == 24
+    kept = decider.encode(TICKET, {"text": long_text}).token_ids
+    rendered = decider.tokenizer.encode(render_input(TICKET, {"text": long_text})).ids
+    full = [decider.tokenizer.token_to_id("<bos>"), *rendered]
+    assert len(full) > 24
+    assert kept == full[:18] + full[-6:], "keeps the head (3/4 of the limit) and the tail (1/4)"
 
 
 def test_unknown_decision_and_text_fields_are_refused(decider):

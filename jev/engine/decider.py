@@ -132,7 +132,12 @@ class Decider:
         )
 
     def encode(self, task: Task, data: BaseModel | dict[str, Any]) -> Encoded:
-        """Validate, render and tokenise one input, enforcing the task's token limit."""
+        """Validate, render and tokenise one input, enforcing the task's token limit.
+
+        A task that allows truncation keeps the first three quarters of the limit and the last
+        quarter: the start of a text says what it is, its end often says where it came from (a
+        mailing list's footer, a signature), and the middle is the least informative part.
+        """
         text = render_input(task, task.parse_input(data))
         ids = [self._bos, *self.tokenizer.encode(text).ids]
         limit = self.manifest.tasks[task.name].max_input_tokens
@@ -140,7 +145,8 @@ class Decider:
             return Encoded(ids, truncated=False)
         if not task.truncate:
             raise InputTooLongError(len(ids), limit)
-        return Encoded(ids[:limit], truncated=True)
+        tail = limit // 4
+        return Encoded(ids[: limit - tail] + ids[len(ids) - tail :], truncated=True)
 
     def decide(self, decision: type[BaseModel] | str, data: BaseModel | dict[str, Any]) -> Decided:
         return self.decide_batch(decision, [data])[0]

@@ -23,6 +23,7 @@ from jev.engine.decision import DecisionModel
 from jev.model import Model
 from jev.schema import Task
 from jev.train.examples import Example, read_examples
+from jev.train.optim import build_optimizer, lr_at
 
 
 @dataclass
@@ -112,13 +113,6 @@ def evaluate(model: DecisionModel, task: Task, examples: list[Example], batch_si
     return {"loss": loss / count, **{f"accuracy.{name}": hits / count for name, hits in correct.items()}}
 
 
-def learning_rate(step: int, total: int, settings: DecideSettings) -> float:
-    if step < settings.warmup_steps:
-        return settings.lr * (step + 1) / settings.warmup_steps
-    progress = (step - settings.warmup_steps) / max(1, total - settings.warmup_steps)
-    return settings.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
 def train_decisions(settings: DecideSettings) -> Path:
     """Fine-tune from `settings.base` and write a decider folder to `settings.out`."""
     torch.manual_seed(settings.seed)
@@ -139,12 +133,7 @@ def train_decisions(settings: DecideSettings) -> Path:
             print(f"skipped {line}")
 
     network = decider.decision_model.train()
-    matrices = [p for p in network.parameters() if p.dim() >= 2]
-    others = [p for p in network.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": matrices, "weight_decay": settings.weight_decay}, {"params": others, "weight_decay": 0.0}],
-        lr=settings.lr,
-    )
+    optimizer = build_optimizer(network, settings.lr, settings.weight_decay, betas=(0.9, 0.95))
     by_name = {data.task.name: data.task for data in settings.tasks}
     steps_per_epoch = sum(math.ceil(len(s.train) / settings.batch_size) for s in splits.values())
     total = steps_per_epoch * settings.epochs
@@ -156,7 +145,7 @@ def train_decisions(settings: DecideSettings) -> Path:
         rng.shuffle(plan)
         for name, batch in plan:
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, total, settings)
+                group["lr"] = lr_at(step, settings.lr, settings.warmup_steps, total)
             logits, indexer_loss = network(name, [e.token_ids for e in batch], training=True)
             task_loss = field_losses(by_name[name], logits, batch)
             loss = task_loss + settings.indexer_weight * indexer_loss

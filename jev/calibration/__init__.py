@@ -1,0 +1,69 @@
+"""Calibration of decision-head probabilities: calibrators, metrics, policies and reports.
+
+Only numpy, scikit-learn and matplotlib are used here, so calibration can be fitted, checked and
+served without torch.
+"""
+
+from jev.calibration.calibrators import (
+    Calibrator,
+    IsotonicCalibration,
+    MultiLabelCalibrator,
+    PlattScaling,
+    TemperatureScaling,
+    calibrator_from_dict,
+    make_calibrator,
+)
+from jev.calibration.metrics import (
+    METRICS,
+    ConfidenceInterval,
+    accuracy,
+    bootstrap_ci,
+    brier,
+    classwise_ece,
+    ece,
+    ece_equal_mass,
+    field_report,
+    macro_f1,
+    mce,
+    nll,
+    risk_coverage,
+)
+from jev.calibration.policies import (
+    AbstainPolicy,
+    Abstention,
+    Answer,
+    ConformalPolicy,
+    PredictionSet,
+    threshold_for_precision,
+)
+from jev.calibration.report import write_report
+
+__all__ = [
+    "METRICS",
+    "AbstainPolicy",
+    "Abstention",
+    "Answer",
+    "Calibrator",
+    "ConfidenceInterval",
+    "ConformalPolicy",
+    "IsotonicCalibration",
+    "MultiLabelCalibrator",
+    "PlattScaling",
+    "PredictionSet",
+    "TemperatureScaling",
+    "accuracy",
+    "bootstrap_ci",
+    "brier",
+    "calibrator_from_dict",
+    "classwise_ece",
+    "ece",
+    "ece_equal_mass",
+    "field_report",
+    "macro_f1",
+    "make_calibrator",
+    "mce",
+    "nll",
+    "risk_coverage",
+    "threshold_for_precision",
+    "write_report",
+]

