@@ -1,7 +1,26 @@
-"""Jev: typed decisions with calibrated probabilities from one forward pass of an MLA + DSA transformer."""
+"""Jev: typed decisions with calibrated probabilities from one forward pass of an MLA + DSA transformer.
 
-from jev.engine.decider import Decider
-from jev.model import LatentCache, Model, ModelConfig
-from jev.schema import Decided, Task, Usage
+The top-level names load lazily, so `import jev.schema` or `import jev.calibration` (and the
+client) never pull in torch.
+"""
 
-__all__ = ["Decided", "Decider", "LatentCache", "Model", "ModelConfig", "Task", "Usage"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Decided": "jev.schema",
+    "Task": "jev.schema",
+    "Usage": "jev.schema",
+    "Decider": "jev.engine.decider",
+    "LatentCache": "jev.model",
+    "Model": "jev.model",
+    "ModelConfig": "jev.model",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'jev' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -54,3 +54,12 @@ def test_input_too_long_says_by_how_much() -> None:
     assert isinstance(error, JevError)
     assert (error.tokens, error.limit) == (600, 512)
     assert "600 tokens, 88 over the limit of 512" in str(error)
+
+
+def test_schema_and_calibration_import_without_torch():
+    """Clients and the schema layer must not need torch; `jev`'s top-level names load lazily."""
+    import subprocess
+    import sys
+
+    code = "import sys, jev, jev.schema, jev.calibration; assert 'torch' not in sys.modules; jev.Decided"
+    subprocess.run([sys.executable, "-c", code], check=True)
