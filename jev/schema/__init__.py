@@ -16,6 +16,7 @@ from jev.schema.errors import (
     UnsupportedSchemaError,
 )
 from jev.schema.fields import MAX_INT_VALUES, SUPPORTED_TYPES, FieldKind, FieldSpec
+from jev.schema.policy import FieldOutcome, FieldPolicy
 from jev.schema.render import render_input
 from jev.schema.result import Decided, Usage
 from jev.schema.spec import DecisionSpec, check_layout, compile_decision, layout_hash
@@ -27,6 +28,8 @@ __all__ = [
     "Decided",
     "DecisionSpec",
     "FieldKind",
+    "FieldOutcome",
+    "FieldPolicy",
     "FieldSpec",
     "InputTooLongError",
     "InvalidDecisionError",

@@ -8,6 +8,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jev.schema.policy import FieldOutcome
+
 DecisionT = TypeVar("DecisionT", bound=BaseModel)
 
 
@@ -27,13 +29,20 @@ class Decided(BaseModel, Generic[DecisionT]):
 
     `probs[field][value]` is the calibrated probability of each wire value (Enum members as their
     `.value`, None for null) of every closed field, by dotted field name; for a multi-label field,
-    `probs[field][label]` is P(label in the set), so those do not sum to 1. `model` says which
-    model and calibration produced it (free-form for now).
+    `probs[field][label]` is P(label in the set), so those do not sum to 1. `outcomes[field]` is
+    the field's policy outcome: `value` always holds the most probable answer, and an abstained
+    field is marked there, explicitly. `model` names the model, schema and calibrators used.
     """
 
     model_config = ConfigDict(frozen=True)
 
     value: DecisionT
     probs: dict[str, dict[Any, float]]
+    outcomes: dict[str, FieldOutcome] = Field(default_factory=dict)
     usage: Usage
     model: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def abstained(self) -> list[str]:
+        """The fields whose policy says not to act on the value."""
+        return [name for name, outcome in self.outcomes.items() if outcome.abstained]

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from jev.schema.errors import InvalidInputError, TaskLoadError, problems_from
+from jev.schema.policy import FieldPolicy
 from jev.schema.spec import DecisionSpec, compile_decision
 
 _TASK_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
@@ -24,6 +25,7 @@ class Task:
     """A named decision task. The decision model is compiled on creation, so a bad schema fails early.
 
     `truncate` says whether an input longer than the model's limit may be cut instead of refused.
+    `policies` maps closed field names to their `FieldPolicy` (abstention threshold, conformal sets).
     `name` appears in URLs (`/v1/decide/{name}`), so it is lower-case letters, digits, `_` and `-`.
     """
 
@@ -32,6 +34,7 @@ class Task:
     decision_model: type[BaseModel]
     description: str = ""
     truncate: bool = False
+    policies: dict[str, FieldPolicy] = field(default_factory=dict)
     spec: DecisionSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -45,6 +48,12 @@ class Task:
                 f"task {self.name!r}: input_model must be a pydantic model class, got {self.input_model!r}"
             )
         object.__setattr__(self, "spec", compile_decision(self.decision_model))
+        closed = {f.name for f in self.spec.closed_fields}
+        unknown = sorted(set(self.policies) - closed)
+        if unknown:
+            raise ValueError(
+                f"task {self.name!r}: policies name {unknown}, which are not closed fields {sorted(closed)}"
+            )
 
     def parse_input(self, data: BaseModel | dict[str, Any]) -> BaseModel:
         """The input as an instance of `input_model`; InvalidInputError lists every bad field otherwise."""
