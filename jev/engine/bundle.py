@@ -9,6 +9,7 @@ jev.json                         tasks (module reference, trained schema layout 
 ```
 """
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from jev.model import CheckpointError, Model
+from jev.model.checkpoint import WEIGHTS_FILE
 from jev.model.heads import HeadLayout, TaskHeads
 from jev.schema import DecisionSpec
 
@@ -102,6 +104,16 @@ def load_heads(folder: Path, layouts: dict[str, list[HeadLayout]], hidden_size: 
         module.load_state_dict(found)
         heads[task] = module
     return heads
+
+
+def model_id(folder: Path) -> str:
+    """A short fingerprint of the weights: responses name exactly which model answered."""
+    digest = hashlib.sha256()
+    for name in (WEIGHTS_FILE, HEADS_FILE):
+        with open(folder / name, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def load_tokenizer(folder: Path) -> Tokenizer:

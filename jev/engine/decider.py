@@ -13,16 +13,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import BaseModel
 from tokenizers import Tokenizer
 
-from jev.engine.bundle import Manifest, TaskEntry, head_layouts, load_heads, load_tokenizer, save_bundle
+from jev.engine.bundle import Manifest, TaskEntry, head_layouts, load_heads, load_tokenizer, model_id, save_bundle
+from jev.engine.calibration import TaskCalibration
 from jev.engine.decision import DecisionModel
 from jev.model import Model
 from jev.model.heads import TaskHeads
 from jev.schema import (
     Decided,
+    FieldOutcome,
+    FieldPolicy,
+    FieldSpec,
     InputTooLongError,
     JevError,
     Task,
@@ -60,6 +65,7 @@ class Decider:
         decision_model: DecisionModel,
         manifest: Manifest,
         max_batch: int = 32,
+        model_id: str = "unsaved",
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -70,6 +76,25 @@ class Decider:
         self._bos = tokenizer.token_to_id(BOS_TOKEN)
         if self._bos is None:
             raise JevError(f"the tokenizer has no {BOS_TOKEN} token")
+        self.calibrations = {
+            name: TaskCalibration.from_dict(raw) for name, raw in manifest.calibration.get("tasks", {}).items()
+        }
+        self.model_id = model_id
+        for name, task in tasks.items():
+            self._check_policies(task, self.calibrations.get(name))
+
+    @staticmethod
+    def _check_policies(task: Task, calibration: TaskCalibration | None) -> None:
+        """Conformal sets need a calibration fitted at the declared coverage; refuse at load, not per request."""
+        for field_name, policy in task.policies.items():
+            if policy.conformal_coverage is None:
+                continue
+            fitted = calibration.conformal.get(field_name) if calibration else None
+            if fitted is None or abs(fitted.coverage - policy.conformal_coverage) > 1e-9:
+                raise JevError(
+                    f"task {task.name!r} declares conformal sets at {policy.conformal_coverage} for {field_name!r}, "
+                    f"but the model has no conformal calibration at that coverage; run `jev calibrate`"
+                )
 
     @classmethod
     def load(cls, path: str | Path, tasks: Sequence[Task] = (), max_batch: int = 32) -> "Decider":
@@ -89,7 +114,8 @@ class Decider:
         model = Model.from_pretrained(folder)
         layouts = {name: head_layouts(task.spec) for name, task in resolved.items()}
         heads = load_heads(folder, layouts, model.config.hidden_size)
-        return cls(model, load_tokenizer(folder), resolved, DecisionModel(model, heads), manifest, max_batch)
+        decision_model = DecisionModel(model, heads)
+        return cls(model, load_tokenizer(folder), resolved, decision_model, manifest, max_batch, model_id(folder))
 
     @classmethod
     def new(
@@ -160,40 +186,78 @@ class Decider:
         encoded = [self.encode(task, data) for data in inputs]
         results: list[Decided] = []
         for start in range(0, len(encoded), self.max_batch):
-            results.extend(self._decide_encoded(task, encoded[start : start + self.max_batch]))
+            results.extend(self.decide_encoded(task, encoded[start : start + self.max_batch]))
         return results
 
-    def probabilities(self, task: Task, token_ids: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        """Raw head probabilities per closed field `[B, n_values]`, from one forward pass."""
+    def probabilities(self, task: Task, token_ids: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
+        """Raw (uncalibrated) head probabilities per closed field `[B, n_values]`, from one forward pass."""
         with torch.inference_mode():
             logits, _ = self.decision_model(task.name, token_ids)
-            return self.decision_model.heads[task.name].probabilities(logits)
+            probs = self.decision_model.heads[task.name].probabilities(logits)
+        return {f.name: p.double().numpy() for f, p in zip(task.spec.closed_fields, probs, strict=True)}
 
-    def _decide_encoded(self, task: Task, batch: Sequence[Encoded]) -> list[Decided]:
+    def calibrated(self, task: Task, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Apply the task's fitted calibrators; raw probabilities pass through for an uncalibrated task."""
+        calibration = self.calibrations.get(task.name)
+        if calibration is None:
+            return raw
+        return {f.name: calibration.apply(f, raw[f.name]) for f in task.spec.closed_fields}
+
+    def decide_encoded(self, task: Task, batch: Sequence[Encoded]) -> list[Decided]:
+        """Decide already-encoded inputs of one task in one forward pass (the batcher's entry point)."""
         start = time.perf_counter()
-        probs = self.probabilities(task, [e.token_ids for e in batch])
+        probs = self.calibrated(task, self.probabilities(task, [e.token_ids for e in batch]))
         compute_ms = 1e3 * (time.perf_counter() - start)
         fields = task.spec.closed_fields
         result_type = Decided[task.decision_model]
         results = []
         for row, item in enumerate(batch):
-            table = {
-                f.name: dict(zip(f.values, p[row].tolist(), strict=True)) for f, p in zip(fields, probs, strict=True)
-            }
+            table = {f.name: dict(zip(f.values, probs[f.name][row].tolist(), strict=True)) for f in fields}
             value = task.spec.build({f.name: _choose(f.kind, table[f.name]) for f in fields})
             usage = Usage(input_tokens=len(item.token_ids), forward_passes=1, compute_ms=compute_ms)
-            results.append(result_type(value=value, probs=table, usage=usage, model=self._model_info(item)))
+            outcomes = {f.name: self._outcome(task, f, table[f.name]) for f in fields}
+            info = {**self.model_info(task), "truncated_input": item.truncated}
+            results.append(result_type(value=value, probs=table, outcomes=outcomes, usage=usage, model=info))
         return results
 
-    def _model_info(self, item: Encoded) -> dict[str, Any]:
+    def model_info(self, task: Task) -> dict[str, Any]:
+        """Which model, schema and calibration a decision of `task` comes from."""
+        calibration = self.calibrations.get(task.name)
         return {
-            "calibrated": bool(self.manifest.calibration),
-            "truncated_input": item.truncated,
+            "model_id": self.model_id,
+            "schema_hash": task.spec.hash,
+            "calibrated": calibration is not None,
+            "calibration": calibration.identity() if calibration else None,
         }
+
+    def _outcome(self, task: Task, spec: FieldSpec, table: dict[Any, float]) -> FieldOutcome:
+        """Apply the field's declared policy to its calibrated probabilities."""
+        confidence = _confidence(spec.kind, table)
+        policy = task.policies.get(spec.name) or FieldPolicy()
+        threshold = policy.abstain_below
+        prediction_set, coverage = None, None
+        if policy.conformal_coverage is not None:
+            conformal = self.calibrations[task.name].conformal[spec.name]
+            prediction_set = [value for value, p in table.items() if 1.0 - p <= conformal.qhat_]
+            coverage = conformal.coverage
+        return FieldOutcome(
+            abstained=threshold is not None and confidence < threshold,
+            confidence=confidence,
+            threshold=threshold,
+            prediction_set=prediction_set,
+            coverage=coverage,
+        )
 
 
 def _choose(kind: str, table: dict[Any, float]) -> Any:
-    """The default policy: the most probable value, or for multi-label every label with p >= 0.5."""
+    """The most probable value, or for multi-label every label with p >= 0.5."""
     if kind == "multilabel":
         return [label for label, p in table.items() if p >= 0.5]
     return max(table, key=table.__getitem__)
+
+
+def _confidence(kind: str, table: dict[Any, float]) -> float:
+    """The top probability; for multi-label, the least certain label's probability of its own call."""
+    if kind == "multilabel":
+        return min(max(p, 1.0 - p) for p in table.values())
+    return max(table.values())

@@ -1,0 +1,72 @@
+"""Gutenberg stripping, PTB reading without execution, and the pretraining corpus."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from jev.data.text import pretraining_texts, read_ptb, strip_gutenberg, write_gutenberg, write_ptb
+
+FIXTURES = Path(__file__).parent / "fixtures" / "data"
+
+
+def _read(path: Path) -> str:
+    with path.open(encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
+def test_strip_modern_gutenberg_header_and_licence() -> None:
+    text = strip_gutenberg(_read(FIXTURES / "gutenberg" / "modern_gut.txt"))
+    assert text == (
+        "THE SONNETS\n\nFrom fairest creatures we desire increase,\nThat thereby beauty's rose might never die,\n"
+    )
+
+
+def test_strip_small_print_gutenberg_header() -> None:
+    text = strip_gutenberg(_read(FIXTURES / "gutenberg" / "small_print_gut.txt"))
+    assert text == "HAMLET, PRINCE OF DENMARK\n\nBer.\nWho's there?\n"
+
+
+def test_already_stripped_text_is_unchanged() -> None:
+    text = _read(FIXTURES / "gutenberg" / "stripped_gut.txt")
+    assert "\r\n" in text
+    assert strip_gutenberg(text) == text
+
+
+def test_write_gutenberg_only_takes_gut_txt(tmp_path: Path) -> None:
+    assert write_gutenberg(FIXTURES / "gutenberg", tmp_path) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["modern_gut.txt", "small_print_gut.txt", "stripped_gut.txt"]
+    assert (tmp_path / "stripped_gut.txt").read_bytes() == (FIXTURES / "gutenberg" / "stripped_gut.txt").read_bytes()
+
+
+def test_read_ptb_parses_without_executing() -> None:
+    penn = read_ptb(FIXTURES / "ptb" / "treebank_init.py.txt")
+    assert penn == {"train": " the cat sat \n on the <unk> N \n", "valid": " a dog \n", "test": " the end \n"}
+
+
+def test_read_ptb_rejects_a_module_without_penn(tmp_path: Path) -> None:
+    path = tmp_path / "__init__.py"
+    path.write_text("penn = {}\npenn['train'] = 'x'\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="valid"):
+        read_ptb(path)
+
+
+def test_write_ptb_counts_lines(tmp_path: Path) -> None:
+    assert write_ptb(FIXTURES / "ptb" / "treebank_init.py.txt", tmp_path) == {"train": 2, "valid": 1, "test": 1}
+    assert (tmp_path / "train.txt").read_text(encoding="utf-8") == " the cat sat \n on the <unk> N \n"
+
+
+def test_pretraining_texts_reads_train_splits_only(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "gutenberg", tmp_path / "gutenberg")
+    for task, field in (("mail", "body"), ("chat", "message")):
+        (tmp_path / task).mkdir()
+        for split in ("train", "valid", "calib", "test"):
+            row = {"id": split, "input": {field: f"{task}-{split}"}}
+            (tmp_path / task / f"{split}.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    texts = list(pretraining_texts(tmp_path))
+    assert texts[-2:] == ["mail-train", "chat-train"]
+    assert not [t for t in texts if t.endswith(("-valid", "-calib", "-test"))]
+    assert len(texts) == 4 + 2, "every *.txt of gutenberg/, then one mail and one chat row"
