@@ -4,6 +4,7 @@
     jev train lm ...                  pretrain the backbone (and its tokenizer) on text
     jev train decide ...              fine-tune decision heads and backbone on labelled JSONL
     jev decide --model DIR TASK JSON  decide one input and print the typed result
+    jev calibrate ...                 fit per-field calibrators on held-out rows
 """
 
 import argparse
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from jev.data.cli import add_commands as add_data_commands
 from jev.schema import JevError, load_task
+from jev.train.calibrate import add_calibrate_command
 from jev.train.cli import add_lm_command
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
@@ -36,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lm_command(train)
     _add_decide_training(train)
     _add_decide(commands)
+    add_calibrate_command(commands)
     return parser
 
 

@@ -80,12 +80,14 @@ class Decider:
             name: TaskCalibration.from_dict(raw) for name, raw in manifest.calibration.get("tasks", {}).items()
         }
         self.model_id = model_id
-        for name, task in tasks.items():
-            self._check_policies(task, self.calibrations.get(name))
+
+    def check_policies(self) -> None:
+        """Conformal sets need a calibration fitted at the declared coverage: refuse at load, not per request."""
+        for task in self.tasks.values():
+            self._check_policies(task, self.calibrations.get(task.name))
 
     @staticmethod
     def _check_policies(task: Task, calibration: TaskCalibration | None) -> None:
-        """Conformal sets need a calibration fitted at the declared coverage; refuse at load, not per request."""
         for field_name, policy in task.policies.items():
             if policy.conformal_coverage is None:
                 continue
@@ -97,11 +99,14 @@ class Decider:
                 )
 
     @classmethod
-    def load(cls, path: str | Path, tasks: Sequence[Task] = (), max_batch: int = 32) -> "Decider":
+    def load(
+        cls, path: str | Path, tasks: Sequence[Task] = (), max_batch: int = 32, check_policies: bool = True
+    ) -> "Decider":
         """Load a decider folder. Tasks are imported from the references in `jev.json` unless given.
 
         A task whose decision schema differs from the one the heads were trained on is refused
-        with a SchemaMismatchError that names the changed fields.
+        with a SchemaMismatchError that names the changed fields; so is a task whose policies need
+        a calibration the folder lacks, unless `check_policies=False` (as `jev calibrate` loads it).
         """
         folder = Path(path)
         manifest = Manifest.read(folder)
@@ -114,8 +119,12 @@ class Decider:
         model = Model.from_pretrained(folder)
         layouts = {name: head_layouts(task.spec) for name, task in resolved.items()}
         heads = load_heads(folder, layouts, model.config.hidden_size)
-        decision_model = DecisionModel(model, heads)
-        return cls(model, load_tokenizer(folder), resolved, decision_model, manifest, max_batch, model_id(folder))
+        decider = cls(
+            model, load_tokenizer(folder), resolved, DecisionModel(model, heads), manifest, max_batch, model_id(folder)
+        )
+        if check_policies:
+            decider.check_policies()
+        return decider
 
     @classmethod
     def new(

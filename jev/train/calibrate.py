@@ -1,0 +1,87 @@
+"""`jev calibrate`: fit a task's calibrators and conformal sets on held-out rows and store them.
+
+Only `jev.json` changes: the calibration is plain numbers beside the weights, so recalibrating
+never touches the model, and the Decider applies it to every later decision of the task.
+"""
+
+import argparse
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from jev.engine.bundle import MANIFEST_FILE
+from jev.engine.calibration import METHODS, TaskCalibration, fit_calibration, label_arrays
+from jev.engine.decider import Decider
+from jev.schema import Task
+from jev.train.examples import Example, read_examples
+
+BATCH = 32
+
+
+def file_identity(path: Path) -> dict[str, object]:
+    """Path, sha256, size and row count: enough to say exactly which data a number came from."""
+    data = path.read_bytes()
+    return {"path": str(path), "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
+            "rows": sum(1 for line in data.splitlines() if line.strip())}
+
+
+def raw_probabilities(decider: Decider, task: Task, examples: list[Example]) -> dict[str, np.ndarray]:
+    """Uncalibrated head probabilities of every example, per closed field, in batches."""
+    parts = [decider.probabilities(task, [e.token_ids for e in examples[i : i + BATCH]])
+             for i in range(0, len(examples), BATCH)]
+    return {f.name: np.concatenate([p[f.name] for p in parts]) for f in task.spec.closed_fields}
+
+
+def calibrate(
+    model_dir: Path,
+    task_name: str,
+    data: Path,
+    method: str = "temperature",
+    target_precision: float | None = None,
+    tasks: Sequence[Task] = (),
+) -> TaskCalibration:
+    """Fit on `data` (the calibration split), write it into the model's `jev.json`, return it.
+
+    `tasks` overrides the tasks named in `jev.json` (as in `Decider.load`), e.g. to fit conformal
+    sets at the coverage a task's policies declare.
+    """
+    decider = Decider.load(model_dir, tasks=tasks, check_policies=False)
+    task = decider.task_for(task_name)
+    examples, _ = read_examples(data, task, lambda t, d: decider.encode(t, d).token_ids)
+    raw = raw_probabilities(decider, task, examples)
+    labels = label_arrays(task.spec.closed_fields, [e.label for e in examples])
+    calibration = fit_calibration(task, raw, labels, method, target_precision)
+    calibration.data = file_identity(data)
+    tasks = decider.manifest.calibration.setdefault("tasks", {})
+    tasks[task.name] = calibration.to_dict()
+    (model_dir / MANIFEST_FILE).write_text(decider.manifest.to_json())
+    return calibration
+
+
+def add_calibrate_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("calibrate", help="fit a task's calibrators on held-out data and store them")
+    parser.add_argument("--model", type=Path, required=True, help="decider folder; its jev.json is updated")
+    parser.add_argument("--task", required=True, help="the task's name in the model, e.g. mail")
+    parser.add_argument("--data", type=Path, required=True, help="held-out JSONL rows (the calibration split)")
+    parser.add_argument("--method", choices=METHODS, default="temperature",
+                        help="calibrator for binary and multi-label fields (others always use temperature)")
+    parser.add_argument("--target-precision", type=float, default=None,
+                        help="also report the abstain threshold reaching this precision and the coverage it leaves")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    calibration = calibrate(args.model, args.task, args.data, args.method, args.target_precision)
+    print(f"calibrated task {args.task!r} of {args.model} on {calibration.data['rows']} rows ({args.method})")
+    for name, numbers in calibration.metrics.items():
+        before, after = numbers["before"], numbers["after"]
+        print(f"  {name}: ECE {before['ece']:.4f} -> {after['ece']:.4f}, NLL {before['nll']:.4f} -> {after['nll']:.4f}")
+    for name, threshold in calibration.thresholds.items():
+        if threshold["reached"]:
+            print(f"  {name}: abstain below {threshold['threshold']:.3f} for precision "
+                  f"{threshold['target_precision']:.3f}; answers {100 * threshold['coverage']:.1f}% of inputs")
+        else:
+            print(f"  {name}: precision {threshold['target_precision']} not reachable: {threshold['reason']}")
+    return 0
