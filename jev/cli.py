@@ -5,6 +5,7 @@
     jev train decide ...              fine-tune decision heads and backbone on labelled JSONL
     jev decide --model DIR TASK JSON  decide one input and print the typed result
     jev calibrate ...                 fit per-field calibrators on held-out rows
+    jev report ...                    calibration report (HTML, PNG, JSON) on a held-out split
 """
 
 import argparse
@@ -16,6 +17,7 @@ from jev.data.cli import add_commands as add_data_commands
 from jev.schema import JevError, load_task
 from jev.train.calibrate import add_calibrate_command
 from jev.train.cli import add_lm_command
+from jev.train.report import add_report_command
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
 
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decide_training(train)
     _add_decide(commands)
     add_calibrate_command(commands)
+    add_report_command(commands)
     return parser
 
 

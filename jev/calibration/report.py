@@ -6,9 +6,11 @@ the API and for tests, and every number in the page is read from it, so the two 
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from jev.calibration._validation import check_distribution, check_labels
-from jev.calibration.metrics import N_BINS, field_report
+from jev.calibration.metrics import METRICS, N_BINS, ConfidenceInterval, bootstrap_ci, field_report
 from jev.calibration.plots import confidence_histogram, reliability_diagram, risk_coverage_plot
+from jev.calibration.policies import ConformalPolicy
 
 # (label, shown as percent, higher is better)
 _METRIC_LABELS: dict[str, tuple[str, bool, bool]] = {
@@ -31,6 +34,12 @@ _METRIC_LABELS: dict[str, tuple[str, bool, bool]] = {
     "classwise_ece": ("classwise ECE", True, False),
 }
 
+# What a baseline is compared on: the scores a reader knows, without the binning variants.
+BASELINE_METRICS = ("accuracy", "nll", "brier", "ece")
+
+# Top-level keys of metrics.json that the report writes itself; a header may not reuse them.
+_RESERVED = frozenset({"title", "generated_at", "n_bins", "n_boot", "alpha", "seed", "fields"})
+
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222; }
 table { border-collapse: collapse; margin: 0.8em 0 1.6em; }
@@ -38,9 +47,11 @@ th, td { border: 1px solid #ccc; padding: 0.3em 0.7em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 th { background: #f2f2f2; }
 .better { color: #0a6b2a; } .worse { color: #a11; }
-.ci { color: #777; font-size: 0.85em; }
+.ci { color: #777; font-size: 0.85em; white-space: nowrap; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.3em 0; }
 section { border-top: 2px solid #999; margin-top: 2em; }
+table.meta td { text-align: left; font-family: ui-monospace, monospace; font-size: 0.9em; }
+.note { color: #555; font-style: italic; }
 """
 
 
@@ -81,6 +92,80 @@ def _per_value(raw: np.ndarray, calibrated: np.ndarray, y: np.ndarray, values: l
     ]
 
 
+def _flat(raw: dict[str, Any], calibrated: dict[str, Any]) -> dict[str, Any]:
+    """Every metric as `name`, `name_ci`, `name_uncalibrated`, `name_uncalibrated_ci`, for quick reading."""
+    flat: dict[str, Any] = {}
+    for name in METRICS:
+        after, before = calibrated["metrics"][name], raw["metrics"][name]
+        flat[name], flat[f"{name}_ci"] = after["value"], [after["low"], after["high"]]
+        flat[f"{name}_uncalibrated"], flat[f"{name}_uncalibrated_ci"] = before["value"], [before["low"], before["high"]]
+    return flat
+
+
+def _share_ci(hits: np.ndarray, n_boot: int, alpha: float, seed: int) -> ConfidenceInterval:
+    """Bootstrap interval of a share of per-sample 0/1 outcomes, resampled like every other metric.
+
+    The outcomes go through `bootstrap_ci` as a two-column distribution whose mean second column
+    is the share, so the resamples are the very ones (same seed, same n) the field's metrics use.
+    """
+    share = hits.astype(np.float64)
+    return bootstrap_ci(
+        lambda dist, _y: float(dist[:, 1].mean()),
+        np.column_stack([1.0 - share, share]),
+        np.zeros(share.shape[0], dtype=np.int64),
+        n_boot=n_boot,
+        alpha=alpha,
+        seed=seed,
+    )
+
+
+def _conformal_entry(
+    policy: ConformalPolicy, calibrated: np.ndarray, y: np.ndarray, n_boot: int, alpha: float, seed: int
+) -> dict[str, Any]:
+    """How often the fitted prediction sets hold the true value on this split, against the promise.
+
+    The sets are built from the calibrated probabilities as given, exactly as the Decider builds them.
+    """
+    sets = policy.predict_sets(calibrated)
+    covered = sets[np.arange(y.shape[0]), y]
+    interval = _share_ci(covered, n_boot, alpha, seed)
+    sizes = sets.sum(axis=1)
+    return {
+        "coverage_promised": policy.coverage,
+        "coverage_empirical": interval.value,
+        "coverage_ci": [interval.low, interval.high],
+        "mean_set_size": float(sizes.mean()),
+        "empty_set_share": float(np.mean(sizes == 0)),
+        "qhat": policy.qhat_,
+        "n_calibration": policy.n_samples_,
+    }
+
+
+def _baseline_metrics(probs: np.ndarray, y: np.ndarray, n_boot: int, alpha: float, seed: int) -> dict[str, Any]:
+    return {
+        name: bootstrap_ci(METRICS[name], probs, y, n_boot=n_boot, alpha=alpha, seed=seed)._asdict()
+        for name in BASELINE_METRICS
+    }
+
+
+def _baseline_entry(
+    name: str, baseline: dict[str, Any], y: np.ndarray, n_values: int, n_boot: int, alpha: float, seed: int
+) -> dict[str, Any]:
+    """The baseline's metrics on the same rows and resamples as Jev's, raw and calibrated."""
+    raw = check_distribution(baseline["raw"])
+    calibrated = None if baseline.get("calibrated") is None else check_distribution(baseline["calibrated"])
+    for stage, probs in (("raw", raw), ("calibrated", calibrated)):
+        if probs is not None and probs.shape != (y.shape[0], n_values):
+            raise ValueError(f"field {name!r}: baseline {stage} {probs.shape} must be [{y.shape[0]}, {n_values}]")
+    return {
+        "name": baseline.get("name", "baseline"),
+        "calibration_method": baseline.get("method"),
+        "note": baseline.get("note"),
+        "raw": _baseline_metrics(raw, y, n_boot, alpha, seed),
+        "calibrated": None if calibrated is None else _baseline_metrics(calibrated, y, n_boot, alpha, seed),
+    }
+
+
 def _field_entry(
     name: str, field: dict[str, Any], out_dir: Path, stem: str, n_boot: int, alpha: float, seed: int
 ) -> dict[str, Any]:
@@ -90,30 +175,51 @@ def _field_entry(
         "confidence": confidence_histogram(raw, calibrated, y, name, out_dir / f"{stem}_confidence.png"),
         "risk_coverage": risk_coverage_plot(raw, calibrated, y, name, out_dir / f"{stem}_risk_coverage.png"),
     }
+    raw_report = field_report(raw, y, n_boot=n_boot, alpha=alpha, seed=seed)
+    calibrated_report = field_report(calibrated, y, n_boot=n_boot, alpha=alpha, seed=seed)
+    conformal, baseline = field.get("conformal"), field.get("baseline")
     return {
         "values": values,
         "n": int(y.shape[0]),
-        "raw": field_report(raw, y, n_boot=n_boot, alpha=alpha, seed=seed),
-        "calibrated": field_report(calibrated, y, n_boot=n_boot, alpha=alpha, seed=seed),
+        **_flat(raw_report, calibrated_report),
+        "raw": raw_report,
+        "calibrated": calibrated_report,
         "per_value": _per_value(raw, calibrated, y, values),
+        "conformal": None if conformal is None else _conformal_entry(conformal, calibrated, y, n_boot, alpha, seed),
+        "baseline": None if baseline is None else _baseline_entry(name, baseline, y, len(values), n_boot, alpha, seed),
         "figures": {kind: path.name for kind, path in figures.items()},
     }
 
 
 def write_report(
-    fields: dict[str, dict[str, Any]], out_dir: Path, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
+    fields: dict[str, dict[str, Any]],
+    out_dir: Path,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    header: Mapping[str, Any] | None = None,
+    title: str = "Jev calibration report",
 ) -> Path:
     """Write report.html, metrics.json and three PNGs per field into `out_dir`; return the HTML path.
 
-    Each field is `{"raw": [n, K], "calibrated": [n, K], "y": [n], "values": K names}`. Multi-label
-    fields are reported one label at a time, as two-valued fields.
+    Each field is `{"raw": [n, K], "calibrated": [n, K], "y": [n], "values": K names}`, optionally
+    with `"conformal"`: a fitted `ConformalPolicy` whose sets are checked on these rows, and
+    `"baseline"`: `{"name", "raw": [n, K], "calibrated": [n, K] | None, "method", "note"}`, another
+    model's probabilities on the same rows. Multi-label fields are reported one label at a time, as
+    two-valued fields. `header` (which model, which data: plain JSON values) heads both the page and
+    metrics.json, whose top level it joins. The page embeds its images, so it can be sent alone.
     """
     if not fields:
         raise ValueError("no fields to report")
+    clashes = _RESERVED & set(header or {})
+    if clashes:
+        raise ValueError(f"header keys {sorted(clashes)} are the report's own; rename them")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     used: set[str] = set()
     report = {
+        "title": title,
+        **(header or {}),
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "n_bins": N_BINS,
         "n_boot": n_boot,
@@ -126,7 +232,7 @@ def write_report(
     }
     (out_dir / "metrics.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     path = out_dir / "report.html"
-    path.write_text(render_html(report), encoding="utf-8")
+    path.write_text(render_html(report, out_dir), encoding="utf-8")
     return path
 
 
@@ -190,28 +296,97 @@ def _summary_table(report: dict[str, Any]) -> str:
     return f"<table>{header}{''.join(rows)}</table>"
 
 
-def _field_section(index: int, name: str, entry: dict[str, Any], alpha: float) -> str:
+def _header_rows(value: Any, key: str = "") -> list[tuple[str, str]]:
+    """Nested header values as (dotted key, text) rows, so any plain JSON header can be shown."""
+    if isinstance(value, Mapping):
+        return [row for k, v in value.items() for row in _header_rows(v, f"{key}.{k}" if key else str(k))]
+    return [(key, "&mdash;" if value is None else html.escape(str(value)))]
+
+
+def _header_table(report: dict[str, Any]) -> str:
+    header = {k: v for k, v in report.items() if k not in _RESERVED}
+    if not header:
+        return ""
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{v}</td></tr>" for k, v in _header_rows(header))
+    return f"<table class='meta'>{rows}</table>"
+
+
+def _conformal_block(entry: dict[str, Any] | None, alpha: float) -> str:
+    if entry is None:
+        return ""
+    level = round(100 * (1 - alpha))
+    low, high = entry["coverage_ci"]
+    return (
+        "<h3>conformal prediction sets</h3><table><tr><th>promised coverage</th>"
+        f"<th>empirical coverage [{level}% CI]</th><th>mean set size</th><th>empty sets</th>"
+        f"<th>calibration samples</th></tr><tr><td>{_number(entry['coverage_promised'], True)}</td>"
+        f"<td>{_cell({'value': entry['coverage_empirical'], 'low': low, 'high': high}, True)}</td>"
+        f"<td>{entry['mean_set_size']:.3f}</td><td>{_number(entry['empty_set_share'], True)}</td>"
+        f"<td>{entry['n_calibration']}</td></tr></table>"
+    )
+
+
+def _baseline_block(entry: dict[str, Any], baseline: dict[str, Any] | None, alpha: float) -> str:
+    """Jev and the baseline side by side on the same rows, each before and after calibration."""
+    if baseline is None:
+        return ""
+    level = round(100 * (1 - alpha))
+    method = html.escape(str(baseline["calibration_method"]))
+    columns = [
+        ("Jev raw", entry["raw"]["metrics"]),
+        ("Jev calibrated", entry["calibrated"]["metrics"]),
+        ("baseline raw", baseline["raw"]),
+        (f"baseline calibrated ({method})", baseline["calibrated"]),
+    ]
+    header = "".join(f"<th>{label} [{level}% CI]</th>" for label, _ in columns)
+    rows = []
+    for key in BASELINE_METRICS:
+        label, percent, _ = _METRIC_LABELS[key]
+        cells = "".join(f"<td>{'&mdash;' if m is None else _cell(m[key], percent)}</td>" for _, m in columns)
+        rows.append(f"<tr><td>{label}</td>{cells}</tr>")
+    note = (
+        f"<p class='note'>Calibrated baseline not fitted: {html.escape(baseline['note'])}</p>"
+        if baseline["note"]
+        else ""
+    )
+    return (
+        f"<h3>baseline on the same rows</h3><p>baseline: {html.escape(baseline['name'])}</p>"
+        f"<table><tr><th>metric</th>{header}</tr>{''.join(rows)}</table>{note}"
+    )
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _field_section(index: int, name: str, entry: dict[str, Any], alpha: float, image_dir: Path) -> str:
     title = html.escape(name)
     images = "".join(
-        f"<img src='{html.escape(file, quote=True)}' alt='{title} {kind}'>" for kind, file in entry["figures"].items()
+        f"<img src='{_data_uri(image_dir / file)}' alt='{title} {kind}'>" for kind, file in entry["figures"].items()
     )
     return (
         f"<section id='field-{index}'><h2>{title}</h2>"
         f"<p>{entry['n']} samples, {len(entry['values'])} values.</p>"
-        f"{_metrics_table(entry, alpha)}<h3>per value</h3>{_per_value_table(entry)}{images}</section>"
+        f"{_metrics_table(entry, alpha)}{_conformal_block(entry['conformal'], alpha)}"
+        f"{_baseline_block(entry, entry['baseline'], alpha)}"
+        f"<h3>per value</h3>{_per_value_table(entry)}{images}</section>"
     )
 
 
-def render_html(report: dict[str, Any]) -> str:
-    """The page for a `metrics.json` document: a summary table, then one section per field."""
+def render_html(report: dict[str, Any], image_dir: Path) -> str:
+    """The page for a `metrics.json` document, with the figures in `image_dir` embedded as data URIs.
+
+    A header table, a summary table, then one section per field.
+    """
     # Anchors are positions, not names: an HTML id may not contain the spaces a field name can.
     sections = "".join(
-        _field_section(index, name, entry, report["alpha"])
+        _field_section(index, name, entry, report["alpha"], image_dir)
         for index, (name, entry) in enumerate(report["fields"].items())
     )
+    title = html.escape(report["title"])
     return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Jev calibration report</title>"
-        f"<style>{_STYLE}</style></head><body><h1>Jev calibration report</h1>"
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
+        f"<style>{_STYLE}</style></head><body><h1>{title}</h1>{_header_table(report)}"
         f"<p>Generated {report['generated_at']}. Intervals: percentile bootstrap, {report['n_boot']} "
         f"resamples, paired before/after. ECE and MCE are top-label; Brier is the scikit-learn binary "
         f"score for two-valued fields and the multiclass sum otherwise.</p>"
