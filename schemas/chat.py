@@ -2,7 +2,8 @@
 
 Data: chatterbot-corpus conversations in 24 languages (`jev data fetch && jev data prepare`; see
 docs/data.md). The value lists keep the data set's spelling and order, since the layout hash of a
-trained model depends on both.
+trained model depends on both. A few messages (pasted code, long jokes) run past the model's input
+limit; the task declares truncation, since their start and end still tell the language and topic.
 """
 
 from typing import Literal
@@ -78,4 +79,5 @@ TASK = Task(
     input_model=ChatInput,
     decision_model=ChatDecision,
     description="Tell the language and the topic of a short chat message.",
+    truncate=True,
 )
