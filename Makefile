@@ -9,8 +9,11 @@ JOBS   ?= 2
 JEV    := $(VENV)/bin/jev
 DATA   := data
 LM     := runs/lm
+MODEL  ?= models/default
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
 
-.PHONY: test lint bench default-model clean-venv
+.PHONY: test lint serve bench default-model clean-venv
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -23,6 +26,9 @@ $(STAMP): pyproject.toml | $(PY)
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS)
+
+serve: $(STAMP)
+	$(JEV) serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -38,8 +44,8 @@ default-model: $(STAMP)
 	$(JEV) data prepare
 	$(JEV) train lm --corpus $(DATA)/gutenberg $(DATA)/mail/train.jsonl $(DATA)/chat/train.jsonl \
 		--out $(LM) --config default --steps 300 --batch-size 16 --block-size 256 --lr 2e-3 --warmup 30 --seed 0
-	$(JEV) train decide --base $(LM) --out models/default --epochs 3 --batch-size 16 --lr 1e-3 \
-		--max-input-tokens 256 --seed 0 \
+	$(JEV) train decide --base $(LM) --out models/default --epochs 2 --batch-size 16 --lr 1.5e-3 \
+		--max-input-tokens 192 --seed 0 \
 		--task schemas.mail:TASK --data $(DATA)/mail/train.jsonl --valid $(DATA)/mail/valid.jsonl \
 		--task schemas.chat:TASK --data $(DATA)/chat/train.jsonl --valid $(DATA)/chat/valid.jsonl
 	$(JEV) calibrate --model models/default --task mail --data $(DATA)/mail/calib.jsonl

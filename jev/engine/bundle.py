@@ -132,4 +132,3 @@ def save_bundle(
     tokenizer.save(str(folder / TOKENIZER_FILE))
     save_heads(folder, heads)
     (folder / MANIFEST_FILE).write_text(manifest.to_json())
-

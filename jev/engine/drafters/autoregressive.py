@@ -1,0 +1,127 @@
+"""`AutoregressiveDrafter`: a small `jev.model.Model` with the target's tokenizer drafting token by token.
+
+It keeps its own latent cache. Each round it reads what the target committed since it last read
+(at most a few tokens: a backlog) plus the pending token, then samples k tokens, feeding back all
+but the last. After the target's verdict it rolls its cache back to the accepted prefix; a token
+the target accepted but the drafter never fed (the k-th draft when all held, or every committed
+token of a round it did not draft in) goes to the backlog and is read at the next `propose`.
+"""
+
+from pathlib import Path
+
+import torch
+
+from jev.engine.accept import SamplingSettings, sample_from, warp
+from jev.engine.drafters import Draft
+from jev.model import Model
+
+DRAFTER_DIR = "drafter"
+
+
+class AutoregressiveDrafter:
+    """Drafts with a small causal LM. `model` must share the target's vocabulary."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model.eval()
+        self.passes = 0
+        self._cache = model.new_cache(0, 1)
+        self._backlog = torch.zeros(0, 0, dtype=torch.int64)
+        self._backlog_n = torch.zeros(0, dtype=torch.int64)
+        self._drafted_k = 0
+        self._base = torch.zeros(0, dtype=torch.int64)
+
+    @classmethod
+    def load(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> "AutoregressiveDrafter":
+        """A drafter folder (`config.json` + `model.safetensors`), e.g. `models/default/drafter`."""
+        return cls(Model.from_pretrained(path, dtype=dtype))
+
+    @torch.no_grad()
+    def start(self, prompts: list[list[int]], max_len: int) -> None:
+        batch = len(prompts)
+        self._cache = self.model.new_cache(batch, max_len)
+        self._backlog = torch.zeros(batch, 0, dtype=torch.int64)
+        self._backlog_n = torch.zeros(batch, dtype=torch.int64)
+        self._drafted_k = 0
+        lengths = torch.tensor([len(p) - 1 for p in prompts])
+        if int(lengths.max()) > 0:
+            tokens = torch.zeros(batch, int(lengths.max()), dtype=torch.int64)
+            for row, prompt in enumerate(prompts):
+                tokens[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
+            self.model(tokens.to(self.model.device), cache=self._cache, lengths=lengths)
+            self.passes += 1
+
+    @torch.no_grad()
+    def propose(
+        self, pending: torch.Tensor, active: torch.Tensor, settings: SamplingSettings, uniforms: torch.Tensor
+    ) -> Draft:
+        """`K = uniforms.shape[1]` drafts per sequence: K drafter passes, the first over backlog + pending."""
+        k = uniforms.shape[1]
+        if k < 1:
+            raise ValueError("propose needs at least one draft position")
+        self._base = self._cache.lengths.clone()
+        first, first_n = _append_column(self._backlog, self._backlog_n, pending)
+        first_n = torch.where(active, first_n, torch.zeros_like(first_n))
+        logits = self.model(first.to(self.model.device), cache=self._cache, lengths=first_n)
+        logits = logits.gather(1, (first_n - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, logits.shape[-1]))[:, 0]
+        self.passes += 1
+        tokens, probs = [], []
+        for j in range(k):
+            q = warp(logits, settings)
+            token = sample_from(q, uniforms[:, j])
+            tokens.append(token)
+            probs.append(q)
+            if j < k - 1:
+                logits = self.model(token.view(-1, 1), cache=self._cache, lengths=active.long())[:, 0]
+                self.passes += 1
+        self._drafted_k = k
+        probs_t = torch.stack(probs, dim=1)
+        confidence = probs_t.amax(dim=-1).to(torch.float64)
+        return Draft(tokens=torch.stack(tokens, dim=1), probs=probs_t, survival=confidence.cumprod(dim=1))
+
+    def commit(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
+        """Keep the fed tokens the target accepted; queue accepted tokens not fed yet.
+
+        After a drafted round, a sequence that moved holds its backlog, the pending token and
+        `min(counts, k) - 1` drafts; only the k-th draft (all held) can be accepted but unfed.
+        After a round without drafts, everything committed joins the backlog.
+        """
+        moved = counts > 0
+        if self._drafted_k:
+            kept = torch.minimum(counts, torch.full_like(counts, self._drafted_k))
+            self._cache.truncate(torch.where(moved, self._base + self._backlog_n + kept, self._cache.lengths))
+            old_n = torch.where(moved, torch.zeros_like(self._backlog_n), self._backlog_n)
+        else:
+            kept, old_n = torch.zeros_like(counts), self._backlog_n
+        tail, tail_n = _shift_left(tokens, counts, kept)
+        self._backlog, self._backlog_n = _concat_ragged(self._backlog, old_n, tail, tail_n)
+        self._drafted_k = 0
+
+
+def _append_column(
+    tokens: torch.Tensor, counts: torch.Tensor, column: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged append: row b gets `column[b]` after its `counts[b]` tokens."""
+    return _concat_ragged(tokens, counts, column.view(-1, 1), torch.ones_like(counts))
+
+
+def _shift_left(tokens: torch.Tensor, counts: torch.Tensor, drop: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged: row b becomes `tokens[b, drop[b]:counts[b]]`."""
+    width = tokens.shape[1]
+    index = (torch.arange(width).view(1, -1) + drop.view(-1, 1)).clamp(max=max(width - 1, 0))
+    return tokens.gather(1, index) if width else tokens, (counts - drop).clamp(min=0)
+
+
+def _concat_ragged(
+    a: torch.Tensor, a_n: torch.Tensor, b: torch.Tensor, b_n: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row b is `a[b, :a_n[b]] ++ b[b, :b_n[b]]`, right-padded with zeros: `[B, max(a_n + b_n)]` and counts."""
+    total = a_n + b_n
+    width = int(total.max()) if total.numel() else 0
+    columns = torch.arange(width).view(1, -1)
+    from_a = columns < a_n.view(-1, 1)
+    a_index = columns.clamp(max=max(a.shape[1] - 1, 0)).expand(len(a_n), -1)
+    b_index = (columns - a_n.view(-1, 1)).clamp(min=0, max=max(b.shape[1] - 1, 0))
+    a_part = a.gather(1, a_index) if a.shape[1] else torch.zeros(len(a_n), width, dtype=torch.int64)
+    b_part = b.gather(1, b_index) if b.shape[1] else torch.zeros(len(b_n), width, dtype=torch.int64)
+    out = torch.where(from_a, a_part, b_part)
+    return torch.where(columns < total.view(-1, 1), out, torch.zeros_like(out)), total

@@ -1,0 +1,251 @@
+"""`generate`: batched text generation from the target model, plain or speculative.
+
+Plain decoding is the speculative round with zero drafts, so the two share every line that turns
+logits into tokens. One round, for all active sequences at once:
+
+1. the policy picks a draft depth K from the batch size alone (0: no drafter pass at all);
+2. the drafter proposes K tokens per sequence with their q and survival estimates;
+3. the policy picks how many (a prefix) each sequence verifies, reading survival only;
+4. ONE target pass reads each sequence's `[pending, x_1..x_n]` (ragged lengths) into the cache;
+5. `accept_block` draws how many drafts held and the correction / bonus token;
+6. the target cache is rolled back past rejected drafts (`LatentCache.truncate`), the drafter
+   is told what was committed, and the emitted tokens are appended (cut at a stop token or at
+   `max_new_tokens`).
+
+The target's cache always holds the prompt and the emitted tokens except the newest ("pending")
+one, which the next round's pass reads first.
+"""
+
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from jev.engine.accept import SamplingSettings, accept_block, warp
+from jev.engine.drafters import Drafter
+from jev.engine.scheduler import FixedLength, VerifyPolicy
+from jev.model import LatentCache, Model
+
+
+class Randomness:
+    """Uniform draws in [0, 1): one generator for the whole batch (`seed` an int or None), or one per
+    sequence (`seed` a list), which makes a sequence's output independent of its batch neighbours."""
+
+    def __init__(self, seed: int | Sequence[int] | None, batch: int) -> None:
+        if seed is None or isinstance(seed, int):
+            generator = torch.Generator()
+            if seed is None:
+                generator.seed()
+            else:
+                generator.manual_seed(seed)
+            self.generators = [generator]
+        else:
+            if len(seed) != batch:
+                raise ValueError(f"seed needs one value per sequence ({batch}), got {len(seed)}")
+            self.generators = [torch.Generator().manual_seed(int(s)) for s in seed]
+        self.batch = batch
+
+    def uniform(self, n: int) -> torch.Tensor:
+        """`[B, n]` float64 uniforms."""
+        if len(self.generators) == 1:
+            return torch.rand(self.batch, n, generator=self.generators[0], dtype=torch.float64)
+        return torch.stack([torch.rand(n, generator=g, dtype=torch.float64) for g in self.generators])
+
+
+@dataclass
+class GenerationStats:
+    """Counters of one `generate` call.
+
+    rounds: sequence-rounds (one per active sequence per target pass). verified_at[j] / accepted_at[j]:
+    how often draft position j + 1 was verified / accepted. Accepted lengths count the bonus or
+    correction token: `mean_accepted_length = (accepted + rounds) / rounds`.
+    """
+
+    target_passes: int = 0
+    drafter_passes: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    verified: int = 0
+    accepted: int = 0
+    bonus: int = 0
+    verified_at: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per sequence per target pass, bonus/correction included (before stop cuts)."""
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
+
+    @property
+    def conditional_acceptance(self) -> list[float]:
+        """P(position j accepted | positions < j accepted and j verified), per draft position."""
+        return [a / v if v else float("nan") for a, v in zip(self.accepted_at, self.verified_at, strict=True)]
+
+    def count_positions(self, n_verified: torch.Tensor, n_accepted: torch.Tensor, width: int) -> None:
+        grow = width - len(self.verified_at)
+        self.verified_at += [0] * max(grow, 0)
+        self.accepted_at += [0] * max(grow, 0)
+        positions = torch.arange(width).view(1, -1)
+        verified = (positions < n_verified.view(-1, 1)).sum(0).tolist()
+        accepted = (positions < n_accepted.view(-1, 1)).sum(0).tolist()
+        for j in range(width):
+            self.verified_at[j] += verified[j]
+            self.accepted_at[j] += accepted[j]
+
+
+@dataclass
+class Generation:
+    """What `generate` returns: `tokens[b]` the new tokens of sequence b, the counters, and the
+    target's cache holding each prompt plus all its new tokens but the last."""
+
+    tokens: list[list[int]]
+    stats: GenerationStats
+    cache: LatentCache
+
+
+@torch.no_grad()
+def generate(
+    model: Model,
+    prompt_ids: Sequence[int] | Sequence[Sequence[int]],
+    max_new_tokens: int | Sequence[int],
+    temperature: float | Sequence[float] = 1.0,
+    top_p: float | Sequence[float] = 1.0,
+    top_k: int | Sequence[int] = 0,
+    seed: int | Sequence[int] | None = None,
+    drafter: Drafter | None = None,
+    draft_len: int = 4,
+    stop: Collection[int] = (),
+    policy: VerifyPolicy | None = None,
+) -> Generation:
+    """Generate up to `max_new_tokens` per prompt; `drafter=None` is plain decoding.
+
+    `prompt_ids` is one prompt (list of ids) or a list of prompts of any lengths. Sampling settings
+    and `max_new_tokens` are scalars or one value per prompt; temperature 0 is greedy. `stop`
+    tokens end a sequence and are kept as its last token. `policy` picks draft and verify lengths
+    (default: always `draft_len`). The output has exactly the distribution of plain decoding.
+    """
+    prompts = _as_batch(prompt_ids)
+    batch = len(prompts)
+    settings = SamplingSettings.build(batch, temperature, top_k, top_p)
+    budget = torch.as_tensor(
+        [max_new_tokens] * batch if isinstance(max_new_tokens, int) else list(max_new_tokens), dtype=torch.int64
+    )
+    if budget.shape != (batch,) or bool((budget < 0).any()):
+        raise ValueError(f"max_new_tokens must be >= 0, one value or one per prompt; got {max_new_tokens}")
+    depth_cap = draft_len if drafter is not None else 0
+    policy = policy or FixedLength()
+    stop_ids = torch.tensor(sorted(stop), dtype=torch.int64)
+    rng = Randomness(seed, batch)
+    stats = GenerationStats()
+    max_len = max(len(p) for p in prompts) + int(budget.max()) + depth_cap + 1
+    cache = model.new_cache(batch, max_len)
+    pending = _prefill(model, cache, prompts, stats)
+    if drafter is not None:
+        drafter.start(prompts, max_len)
+    out = torch.zeros(batch, int(budget.max()) + depth_cap + 1, dtype=torch.int64)
+    out_n = torch.zeros(batch, dtype=torch.int64)
+    active = budget > 0
+
+    while bool(active.any()):
+        k = policy.draft_depth(int(active.sum()), depth_cap)
+        started = time.perf_counter()
+        if k:
+            draft = drafter.propose(pending, active, settings, rng.uniform(k))
+            n_verified = torch.where(active, policy.verify_lengths(draft.survival, active), 0).clamp(max=k)
+            drafted, q = draft.tokens, draft.probs
+            stats.drafted += int(active.sum()) * k
+        else:
+            drafted = torch.zeros(batch, 0, dtype=torch.int64)
+            q = torch.zeros(batch, 0, model.config.vocab_size, dtype=model.dtype)
+            n_verified = torch.zeros(batch, dtype=torch.int64)
+        verify_started = time.perf_counter()
+        stats.draft_seconds += verify_started - started
+
+        width = int(n_verified.max()) if k else 0
+        drafted, q = drafted[:, :width], q[:, :width]
+        before = cache.lengths.clone()
+        lengths = torch.where(active, 1 + n_verified, 0)
+        logits = model(torch.cat((pending.view(-1, 1), drafted), dim=1).to(model.device), cache=cache, lengths=lengths)
+        p = warp(logits, settings)
+        verdict = accept_block(p, q.to(p.dtype), drafted, n_verified, rng.uniform(1)[:, 0])
+        stats.verify_seconds += time.perf_counter() - verify_started
+
+        n_accepted = torch.where(active, verdict.n_accepted, 0)
+        cache.truncate(torch.where(active, before + 1 + n_accepted, before))
+        committed = torch.cat((pending.view(-1, 1), drafted), dim=1)
+        if drafter is not None:
+            drafter.commit(committed, torch.where(active, 1 + n_accepted, 0))
+        _count(stats, active, n_verified, n_accepted, verdict.bonus, width)
+        emitted = torch.cat((drafted, drafted.new_zeros(batch, 1)), dim=1)
+        emitted = emitted.scatter(1, n_accepted.view(-1, 1), verdict.next_token.view(-1, 1))
+        active = _append(out, out_n, emitted, torch.where(active, 1 + n_accepted, 0), budget, stop_ids, active)
+        pending = verdict.next_token
+    if drafter is not None:
+        stats.drafter_passes = getattr(drafter, "passes", 0)
+    prompt_n = torch.tensor([len(p) for p in prompts])
+    cache.truncate(torch.minimum(cache.lengths, (prompt_n + out_n - 1).clamp(min=0)))
+    return Generation(tokens=[out[b, : out_n[b]].tolist() for b in range(batch)], stats=stats, cache=cache)
+
+
+def _as_batch(prompt_ids: Sequence[int] | Sequence[Sequence[int]]) -> list[list[int]]:
+    if len(prompt_ids) and isinstance(prompt_ids[0], int):
+        prompts = [list(prompt_ids)]
+    else:
+        prompts = [list(p) for p in prompt_ids]
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    return prompts
+
+
+def _prefill(model: Model, cache: LatentCache, prompts: list[list[int]], stats: GenerationStats) -> torch.Tensor:
+    """Read every prompt but its last token into the cache; return the last tokens `[B]` (pending)."""
+    lengths = torch.tensor([len(p) - 1 for p in prompts])
+    if int(lengths.max()) > 0:
+        tokens = torch.zeros(len(prompts), int(lengths.max()), dtype=torch.int64)
+        for row, prompt in enumerate(prompts):
+            tokens[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
+        model(tokens.to(model.device), cache=cache, lengths=lengths)
+        stats.target_passes += 1
+    return torch.tensor([p[-1] for p in prompts])
+
+
+def _count(
+    stats: GenerationStats,
+    active: torch.Tensor,
+    n_verified: torch.Tensor,
+    n_accepted: torch.Tensor,
+    bonus: torch.Tensor,
+    width: int,
+) -> None:
+    stats.target_passes += 1
+    stats.rounds += int(active.sum())
+    stats.verified += int(n_verified.sum())
+    stats.accepted += int(n_accepted.sum())
+    stats.bonus += int((bonus & active & (n_verified > 0)).sum())
+    stats.count_positions(n_verified, n_accepted, width)
+
+
+def _append(
+    out: torch.Tensor,
+    out_n: torch.Tensor,
+    emitted: torch.Tensor,
+    counts: torch.Tensor,
+    budget: torch.Tensor,
+    stop_ids: torch.Tensor,
+    active: torch.Tensor,
+) -> torch.Tensor:
+    """Append `emitted[b, :counts[b]]` to `out` (in place), cut after a stop token and at the budget;
+    return which sequences are still active."""
+    columns = torch.arange(emitted.shape[1]).view(1, -1)
+    real = columns < counts.view(-1, 1)
+    is_stop = torch.isin(emitted, stop_ids) & real
+    first_stop = torch.where(is_stop.any(1), is_stop.to(torch.int64).argmax(1) + 1, counts)
+    counts = torch.minimum(torch.minimum(counts, first_stop), budget - out_n)
+    write = columns < counts.view(-1, 1)
+    rows, cols = write.nonzero(as_tuple=True)
+    out[rows, out_n[rows] + cols] = emitted[rows, cols]
+    out_n += counts
+    return active & ~(is_stop & write).any(1) & (out_n < budget)

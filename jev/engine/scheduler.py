@@ -1,0 +1,136 @@
+"""How many drafted tokens each sequence verifies per round: fixed, or load-aware (DSpark Algorithm 1).
+
+Verification is nearly free while the target pass is memory-bound and stops being free once the
+batch's total tokens make it compute-bound. `LoadAwareScheduler` profiles the target's verify-pass
+rate SPS(B) (passes per second for B tokens in the batch) once, then each round admits drafted
+tokens across all active requests greedily by estimated prefix survival a_{r,j} while the
+expected tokens per second `tau * SPS(B)` rises, and stops at the first drop. It reads only the
+survival estimates, never the drafted tokens, and entry j of the estimate is computed before x_j
+is drawn, so the decision to verify x_j never depends on x_j or later tokens (DSpark App. A).
+"""
+
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from jev.model import Model
+
+
+class VerifyPolicy(Protocol):
+    """The scheduler's interface to `generate`: one decision before drafting, one after."""
+
+    def draft_depth(self, n_active: int, draft_len: int) -> int:
+        """How many tokens to draft this round (0: plain decoding step, the drafter does not run)."""
+
+    def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """`survival [B, K]`, `active [B]` -> `[B]` how many drafts (a prefix) each sequence verifies."""
+
+
+class FixedLength:
+    """Draft and verify `draft_len` tokens for every active sequence, whatever the load."""
+
+    def draft_depth(self, n_active: int, draft_len: int) -> int:
+        return draft_len
+
+    def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        return torch.where(active, survival.shape[1], 0).to(torch.int64)
+
+
+@dataclass(frozen=True)
+class VerifyProfile:
+    """Measured target verify passes per second by total batch tokens (ascending `tokens`)."""
+
+    tokens: tuple[int, ...]
+    steps_per_second: tuple[float, ...]
+
+    def sps(self, total: int) -> float:
+        """Passes/s for `total` tokens: linear in pass time between measured points, extrapolated past them."""
+        seconds = [1.0 / s for s in self.steps_per_second]
+        if total <= self.tokens[0]:
+            return self.steps_per_second[0]
+        for i in range(1, len(self.tokens)):
+            if total <= self.tokens[i] or i == len(self.tokens) - 1:
+                lo, hi = self.tokens[i - 1], self.tokens[i]
+                t = seconds[i - 1] + (seconds[i] - seconds[i - 1]) * (total - lo) / (hi - lo)
+                return 1.0 / max(t, 1e-12)
+        raise AssertionError("unreachable")
+
+    @classmethod
+    @torch.no_grad()
+    def measure(
+        cls,
+        model: Model,
+        totals: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
+        context: int = 32,
+        width: int = 5,
+        repeats: int = 3,
+    ) -> "VerifyProfile":
+        """Time one cached target pass of `total` new tokens, laid out as rows of up to `width` tokens.
+
+        Each row first holds `context` cached tokens (token ids are irrelevant to the cost). The
+        median of `repeats` timings is kept; the cache is rolled back between them.
+        """
+        rates = []
+        for total in totals:
+            rows = math.ceil(total / width)
+            cache = model.new_cache(rows, context + width)
+            model(torch.zeros(rows, context, dtype=torch.int64, device=model.device), cache=cache)
+            lengths = torch.full((rows,), total // rows, dtype=torch.int64)
+            lengths[: total % rows] += 1
+            new = torch.zeros(rows, int(lengths.max()), dtype=torch.int64, device=model.device)
+            timings = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                model(new, cache=cache, lengths=lengths)
+                timings.append(time.perf_counter() - started)
+                cache.truncate(torch.full((rows,), context))
+            rates.append(1.0 / statistics.median(timings))
+        return cls(tokens=tuple(totals), steps_per_second=tuple(rates))
+
+
+class LoadAwareScheduler:
+    """DSpark's hardware-aware prefix scheduler (Algorithm 1, with the early break)."""
+
+    def __init__(self, profile: VerifyProfile) -> None:
+        self.profile = profile
+
+    def draft_depth(self, n_active: int, draft_len: int) -> int:
+        """An upper bound on any request's verify length this round, from the batch size alone.
+
+        With every survival equal to 1 each admission's gain `a / tau` is the largest it can be, so
+        Algorithm 1 on all-ones admits at least as many tokens as on the real estimates. If that
+        admits none, the drafter is not run and the round costs a plain decoding step.
+        """
+        if n_active == 0 or draft_len == 0:
+            return 0
+        ones = torch.ones(n_active, draft_len, dtype=torch.float64)
+        return min(draft_len, int(self._admitted(ones).sum()))
+
+    def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        lengths = torch.zeros(survival.shape[0], dtype=torch.int64)
+        if bool(active.any()) and survival.shape[1]:
+            lengths[active] = self._lengths(survival[active].to(torch.float64).cpu())
+        return lengths.to(survival.device)
+
+    def _lengths(self, survival: torch.Tensor) -> torch.Tensor:
+        admitted = self._admitted(survival)
+        return admitted.to(torch.int64).cumprod(dim=1).sum(dim=1)
+
+    def _admitted(self, survival: torch.Tensor) -> torch.Tensor:
+        """`[R, K]` bool: the candidates admitted, in order of descending survival, until Θ first drops."""
+        rows = survival.shape[0]
+        flat = survival.flatten()
+        order = torch.sort(-flat, stable=True).indices
+        tau = rows + flat[order].cumsum(0)
+        sps = torch.tensor([self.profile.sps(rows + n) for n in range(len(flat) + 1)], dtype=torch.float64)
+        theta = torch.cat((torch.tensor([rows * sps[0]]), tau * sps[1 : len(tau) + 1]))
+        drops = (theta[1:] <= theta[:-1]).nonzero()
+        n_admit = int(drops[0]) if len(drops) else len(order)
+        admitted = torch.zeros(len(flat), dtype=torch.bool)
+        admitted[order[:n_admit]] = True
+        return admitted.view(survival.shape)

@@ -1,0 +1,67 @@
+"""The server's one door into the engine: encode an input, decide already-encoded inputs, warm up.
+
+The batcher must validate and tokenise each request on arrival (so a bad input fails alone, and
+before it takes a queue slot) and decide many requests later in one pass. `Decider.decide_batch`
+does both at once, so this adapter uses `Decider.encode` and `Decider.decide_encoded` apart.
+"""
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from jev.engine.decider import BOS_TOKEN, Decider, Encoded
+from jev.schema import Decided, Task
+
+
+class Engine:
+    """A loaded decider plus the ids that name what it serves."""
+
+    def __init__(self, decider: Decider, name: str = "in-memory") -> None:
+        for task in decider.tasks.values():
+            task.spec.require_closed_only()
+        self.decider = decider
+        self.name = name
+        self.model_id = decider.model_id
+        self.calibrations = {task: decider.model_info(decider.tasks[task])["calibration"] for task in decider.tasks}
+        self.calibrator_ids = {
+            task: _fingerprint(identity) if identity else None for task, identity in self.calibrations.items()
+        }
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "Engine":
+        path = Path(folder)
+        return cls(Decider.load(path), path.resolve().name)
+
+    @property
+    def tasks(self) -> dict[str, Task]:
+        return self.decider.tasks
+
+    def max_input_tokens(self, task: Task) -> int:
+        return self.decider.manifest.tasks[task.name].max_input_tokens
+
+    def calibration_metrics(self, task: str) -> dict[str, Any]:
+        """The metrics `jev calibrate` stored for a task, empty when it is not calibrated."""
+        return self.decider.manifest.calibration.get("tasks", {}).get(task, {}).get("metrics", {})
+
+    def encode(self, task: Task, data: BaseModel | dict[str, Any]) -> Encoded:
+        """Validate, render and tokenise; raises InvalidInputError or InputTooLongError."""
+        return self.decider.encode(task, data)
+
+    def run(self, task: Task, batch: list[Encoded]) -> list[Decided]:
+        """Decide encoded inputs of one task in one forward pass, in order."""
+        return self.decider.decide_encoded(task, batch)
+
+    def warm_up(self) -> None:
+        """One pass per task on a one-token input, so the first real request pays no first-call costs."""
+        bos = self.decider.tokenizer.token_to_id(BOS_TOKEN)
+        for task in self.tasks.values():
+            self.run(task, [Encoded([bos], truncated=False)])
+
+
+def _fingerprint(data: Any) -> str:
+    """A short stable id for a calibration's identity, so replicas serving one model report one id."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

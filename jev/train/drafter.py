@@ -1,0 +1,178 @@
+"""`jev train drafter`: distil a small autoregressive drafter from the target on text.
+
+The drafter is a `jev.model.Model` with a small `ModelConfig` (1-2 layers) and the target's
+tokenizer. Each step minimises KL(p_target || q_drafter) of the next-token distributions over a
+batch of text blocks, plus the drafter's own DSA indexer warm-up loss. KL to the whole target
+distribution, not cross-entropy on the text, because acceptance is `sum min(p, q)`: the drafter
+should match what the target would say, not what the corpus says. The output folder
+(`config.json`, `model.safetensors`, `tokenizer.json`, `drafter.json`) loads with
+`AutoregressiveDrafter.load`.
+"""
+
+import argparse
+import json
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from jev.model import Model, ModelConfig
+from jev.train.blocks import TokenBlocks
+from jev.train.corpus import TextSource, describe_source, read_documents
+from jev.train.lm import init_weights
+from jev.train.optim import build_optimizer, lr_at
+from jev.train.provenance import git_commit
+from jev.train.tokenizer import load_tokenizer, save_tokenizer
+
+PROVENANCE_FILE = "drafter.json"
+
+
+def drafter_config(target: ModelConfig, layers: int = 1, hidden_size: int = 128) -> ModelConfig:
+    """A small DeepSeek-V3.2 config with the target's vocabulary and special ids: dense MLP layers."""
+    heads = max(1, hidden_size // 64)
+    return replace(
+        target,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        first_k_dense_replace=layers,
+        n_routed_experts=0,
+        mlp_layer_types=[],
+        tie_word_embeddings=False,
+    )
+
+
+@dataclass
+class DrafterSettings:
+    """One distillation run. `config` is the drafter's architecture (see `drafter_config`)."""
+
+    target: Path
+    texts: TextSource
+    out: Path
+    config: ModelConfig
+    block_size: int = 128
+    batch_size: int = 8
+    steps: int = 300
+    lr: float = 2e-3
+    warmup: int = 20
+    seed: int = 0
+    held_out_fraction: float = 0.05
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "batch_size", "steps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+def distillation_loss(drafter: Model, target: Model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean KL(p_target || q_drafter) over the `[B, T]` positions, and the drafter's indexer loss."""
+    with torch.no_grad():
+        target_log = F.log_softmax(target(inputs).float(), dim=-1)
+    hidden, indexer_loss = drafter.training_states(inputs)
+    drafter_log = F.log_softmax(drafter.lm_head(hidden).float(), dim=-1)
+    kl = F.kl_div(drafter_log.flatten(0, 1), target_log.flatten(0, 1), log_target=True, reduction="batchmean")
+    return kl, indexer_loss
+
+
+@torch.no_grad()
+def held_out_acceptance(drafter: Model, target: Model, blocks: torch.Tensor) -> float:
+    """Mean `sum_v min(p, q)` at T=1 on held-out blocks: the expected per-position acceptance."""
+    if len(blocks) == 0:
+        return float("nan")
+    inputs = blocks[:, :-1].long()
+    p = target(inputs).float().softmax(-1)
+    q = drafter(inputs).float().softmax(-1)
+    return float(torch.minimum(p, q).sum(-1).mean())
+
+
+def distill(settings: DrafterSettings) -> Path:
+    """Train the drafter and write its folder; returns `settings.out`."""
+    started = time.perf_counter()
+    target = Model.from_pretrained(settings.target).eval()
+    tokenizer = load_tokenizer(settings.target)
+    if settings.config.vocab_size != target.config.vocab_size:
+        raise ValueError(
+            f"the drafter's vocab_size ({settings.config.vocab_size}) must equal the target's "
+            f"({target.config.vocab_size})"
+        )
+    data = TokenBlocks.build(tokenizer, read_documents(settings.texts), settings.block_size, settings.held_out_fraction)
+    torch.manual_seed(settings.seed)
+    drafter = Model(settings.config)
+    init_weights(drafter)
+    drafter.train()
+    optimizer = build_optimizer(drafter, settings.lr, 0.1, (0.9, 0.95))
+    losses: list[float] = []
+    for step in range(settings.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, settings.lr, settings.warmup, settings.steps)
+        blocks = data.batch(step, settings.batch_size, settings.seed).long()
+        kl, indexer_loss = distillation_loss(drafter, target, blocks[:, :-1])
+        (kl + indexer_loss).backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(kl.detach()))
+    drafter.eval()
+    out = Path(settings.out)
+    drafter.save_pretrained(out)
+    save_tokenizer(tokenizer, out)
+    provenance = _provenance(settings, losses, held_out_acceptance(drafter, target, data.held_out[:16]), started)
+    (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
+    return out
+
+
+def _provenance(settings: DrafterSettings, losses: list[float], acceptance: float, started: float) -> dict[str, Any]:
+    recent = losses[-10:]
+    return {
+        "target": str(settings.target),
+        "texts": describe_source(settings.texts),
+        "config": settings.config.to_dict(),
+        "steps": settings.steps,
+        "block_size": settings.block_size,
+        "batch_size": settings.batch_size,
+        "lr": settings.lr,
+        "seed": settings.seed,
+        "first_kl": losses[0] if losses else None,
+        "final_kl": sum(recent) / len(recent) if recent else None,
+        "held_out_acceptance_t1": acceptance,
+        "wall_seconds": time.perf_counter() - started,
+        "git_commit": git_commit(),
+    }
+
+
+def add_drafter_command(train_subparsers: argparse._SubParsersAction) -> None:
+    """Register `drafter`; its handler is stored as `args.func` and returns an exit code."""
+    parser = train_subparsers.add_parser("drafter", help="distil a small autoregressive drafter from a target model")
+    parser.add_argument("--target", type=Path, required=True, help="the target model folder (with tokenizer.json)")
+    parser.add_argument("--corpus", type=Path, nargs="+", required=True, help=".txt / .jsonl files or folders")
+    parser.add_argument("--out", type=Path, required=True, help="drafter folder to write, e.g. models/default/drafter")
+    parser.add_argument("--layers", type=int, default=1, help="drafter layers (1-2)")
+    parser.add_argument("--hidden-size", type=int, default=128)
+    defaults = DrafterSettings(target=Path(), texts=[], out=Path(), config=ModelConfig())
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--block-size", type=int, default=defaults.block_size)
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.set_defaults(func=_run_drafter)
+
+
+def _run_drafter(args: argparse.Namespace) -> int:
+    target_config = ModelConfig.load(args.target)
+    settings = DrafterSettings(
+        target=args.target,
+        texts=args.corpus,
+        out=args.out,
+        config=drafter_config(target_config, args.layers, args.hidden_size),
+        block_size=args.block_size,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        lr=args.lr,
+        seed=args.seed,
+    )
+    print(f"wrote the drafter to {distill(settings)}")
+    return 0
