@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from jev.schema import Task
+from jev.schema import FieldPolicy, Task
 
 Language = Literal[
     "bengali",
@@ -80,4 +80,8 @@ TASK = Task(
     decision_model=ChatDecision,
     description="Tell the language and the topic of a short chat message.",
     truncate=True,
+    policies={
+        "language": FieldPolicy(abstain_below=0.5, conformal_coverage=0.9),
+        "topic": FieldPolicy(abstain_below=0.5, conformal_coverage=0.9),
+    },
 )

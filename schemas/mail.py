@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from jev.schema import Task
+from jev.schema import FieldPolicy, Task
 
 
 class MailInput(BaseModel):
@@ -30,4 +30,5 @@ TASK = Task(
     decision_model=MailDecision,
     description="Triage a mail from its body: spam or ham, mailing list or not, reply or not.",
     truncate=True,
+    policies={"kind": FieldPolicy(abstain_below=0.7, conformal_coverage=0.95)},
 )

@@ -46,7 +46,10 @@ def test_calibrate_command_stores_calibrators_that_every_decision_uses(model_dir
 
 
 def test_policies_abstain_below_threshold_and_return_conformal_sets(model_dir):
-    with pytest.raises(JevError, match="conformal"):
+    uncalibrated = Decider.load(model_dir, tasks=[STRICT]).decide("mail", {"body": "x"})
+    assert uncalibrated.outcomes["kind"].prediction_set is None and uncalibrated.model["calibrated"] is False
+    calibrate(model_dir, "mail", VALID)
+    with pytest.raises(JevError, match=r"coverage 0\.95"):
         Decider.load(model_dir, tasks=[STRICT])
     calibrate(model_dir, "mail", VALID, tasks=[STRICT])
     decider = Decider.load(model_dir, tasks=[STRICT])

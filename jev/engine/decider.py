@@ -82,21 +82,25 @@ class Decider:
         self.model_id = model_id
 
     def check_policies(self) -> None:
-        """Conformal sets need a calibration fitted at the declared coverage: refuse at load, not per request."""
-        for task in self.tasks.values():
-            self._check_policies(task, self.calibrations.get(task.name))
+        """Refuse, at load rather than per request, a calibration that cannot serve a declared policy.
 
-    @staticmethod
-    def _check_policies(task: Task, calibration: TaskCalibration | None) -> None:
-        for field_name, policy in task.policies.items():
-            if policy.conformal_coverage is None:
+        An uncalibrated task is allowed (its responses say so and carry no conformal sets); a
+        calibration fitted at another coverage than the task now declares is not.
+        """
+        for task in self.tasks.values():
+            calibration = self.calibrations.get(task.name)
+            if calibration is None:
                 continue
-            fitted = calibration.conformal.get(field_name) if calibration else None
-            if fitted is None or abs(fitted.coverage - policy.conformal_coverage) > 1e-9:
-                raise JevError(
-                    f"task {task.name!r} declares conformal sets at {policy.conformal_coverage} for {field_name!r}, "
-                    f"but the model has no conformal calibration at that coverage; run `jev calibrate`"
-                )
+            for field_name, policy in task.policies.items():
+                if policy.conformal_coverage is None:
+                    continue
+                fitted = calibration.conformal.get(field_name)
+                if fitted is None or abs(fitted.coverage - policy.conformal_coverage) > 1e-9:
+                    raise JevError(
+                        f"task {task.name!r} declares conformal sets at {policy.conformal_coverage} for "
+                        f"{field_name!r}, but the model's calibration has "
+                        f"{'none' if fitted is None else f'coverage {fitted.coverage}'}; run `jev calibrate` again"
+                    )
 
     @classmethod
     def load(
@@ -105,8 +109,9 @@ class Decider:
         """Load a decider folder. Tasks are imported from the references in `jev.json` unless given.
 
         A task whose decision schema differs from the one the heads were trained on is refused
-        with a SchemaMismatchError that names the changed fields; so is a task whose policies need
-        a calibration the folder lacks, unless `check_policies=False` (as `jev calibrate` loads it).
+        with a SchemaMismatchError that names the changed fields; so is a task whose declared
+        conformal coverage its calibration was not fitted at, unless `check_policies=False` (as
+        `jev calibrate` loads it, to fit that calibration).
         """
         folder = Path(path)
         manifest = Manifest.read(folder)
@@ -245,8 +250,10 @@ class Decider:
         policy = task.policies.get(spec.name) or FieldPolicy()
         threshold = policy.abstain_below
         prediction_set, coverage = None, None
-        if policy.conformal_coverage is not None:
-            conformal = self.calibrations[task.name].conformal[spec.name]
+        calibration = self.calibrations.get(task.name)
+        # An uncalibrated task returns no set; a calibrated one has the coverage (`check_policies`).
+        if policy.conformal_coverage is not None and calibration is not None:
+            conformal = calibration.conformal[spec.name]
             prediction_set = [value for value, p in table.items() if 1.0 - p <= conformal.qhat_]
             coverage = conformal.coverage
         return FieldOutcome(
