@@ -7,6 +7,7 @@ and the epoch with the lowest validation loss kept.
 """
 
 import copy
+import json
 import math
 import random
 import time
@@ -23,6 +24,7 @@ from jev.engine.decision import DecisionModel
 from jev.model import Model
 from jev.schema import Task
 from jev.train.examples import Example, read_examples
+from jev.train.lm import PROVENANCE_FILE as LM_PROVENANCE_FILE
 from jev.train.optim import build_optimizer, lr_at
 
 
@@ -169,6 +171,7 @@ def train_decisions(settings: DecideSettings) -> Path:
     network.load_state_dict(best_state)
     decider.manifest.training = {
         "settings": settings.provenance(),
+        "base_training": _base_provenance(settings.base),
         "skipped_rows": {name: len(s.skipped) for name, s in splits.items()},
         "epochs": history,
         "best_valid_loss": best_loss,
@@ -178,3 +181,10 @@ def train_decisions(settings: DecideSettings) -> Path:
     }
     decider.save(settings.out)
     return settings.out
+
+
+def _base_provenance(base: Path) -> dict:
+    """How the starting backbone was trained, when it says (`jev train lm` writes `train_lm.json`)."""
+    record = base / LM_PROVENANCE_FILE
+    return json.loads(record.read_text()) if record.exists() else {}
+
