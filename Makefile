@@ -37,14 +37,14 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.attention
 
 # The shipped model: data through the registries, backbone pretraining on permissive text, both
-# tasks fine-tuned on one backbone, then calibrated on the calibration split. About 45 minutes on
+# tasks fine-tuned on one backbone, then calibrated on the calibration split. About an hour on
 # 2 cores (see docs/training.md).
 default-model: $(STAMP)
 	$(JEV) data fetch
 	$(JEV) data prepare
 	$(JEV) train lm --corpus $(DATA)/gutenberg $(DATA)/mail/train.jsonl $(DATA)/chat/train.jsonl \
 		--out $(LM) --config default --steps 300 --batch-size 16 --block-size 256 --lr 2e-3 --warmup 30 --seed 0
-	$(JEV) train decide --base $(LM) --out models/default --epochs 2 --batch-size 16 --lr 1.5e-3 \
+	$(JEV) train decide --base $(LM) --out models/default --epochs 4 --batch-size 16 --lr 1.5e-3 \
 		--max-input-tokens 192 --seed 0 \
 		--task schemas.mail:TASK --data $(DATA)/mail/train.jsonl --valid $(DATA)/mail/valid.jsonl \
 		--task schemas.chat:TASK --data $(DATA)/chat/train.jsonl --valid $(DATA)/chat/valid.jsonl

@@ -1,11 +1,17 @@
 """Decision fine-tuning on a tiny fixture: the loop learns, the output folder serves, bad rows are named."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from jev import Decider
+from jev.model import Model
 from jev.train.decide import DecideSettings, TaskData, train_decisions
 from jev.train.examples import InvalidRowsError
 from schemas.mail import TASK as MAIL
@@ -64,3 +70,19 @@ def test_invalid_rows_are_reported_with_line_numbers(base, tmp_path):
     assert "bad.jsonl:3: kind" in message and "bad.jsonl:5: not JSON" in message and "bad.jsonl:7: body" in message
     out = train_decisions(settings(base, tmp_path / "out", train=bad, epochs=1, skip_invalid=True))
     assert json.loads((out / "jev.json").read_text())["training"]["skipped_rows"] == {"mail": 3}
+
+
+def test_two_ranks_fine_tune_the_same_weights(base, tmp_path):
+    """DDP with two gloo processes: each rank trains on half of every batch and both end identical."""
+    worker = Path(__file__).parent / "fixtures" / "train" / "ddp_decide_worker.py"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(worker),
+               str(base), str(tmp_path), str(FIXTURES / "train.jsonl"), str(FIXTURES / "valid.jsonl")]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rank0, rank1 = (load_file(tmp_path / f"rank{r}.safetensors") for r in (0, 1))
+    start = Decider.new(Model.from_pretrained(base), tiny_tokenizer(), {"schemas.mail:TASK": MAIL}, 32)
+    assert any(not torch.equal(rank0[n], t) for n, t in start.decision_model.state_dict().items() if "heads" not in n)
+    for name in rank0:
+        assert torch.equal(rank0[name], rank1[name]), name
+

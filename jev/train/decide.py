@@ -23,6 +23,7 @@ from jev.engine.decider import Decider
 from jev.engine.decision import DecisionModel
 from jev.model import Model
 from jev.schema import Task
+from jev.train.distributed import Distributed
 from jev.train.examples import Example, read_examples
 from jev.train.lm import PROVENANCE_FILE as LM_PROVENANCE_FILE
 from jev.train.optim import build_optimizer, lr_at
@@ -116,7 +117,21 @@ def evaluate(model: DecisionModel, task: Task, examples: list[Example], batch_si
 
 
 def train_decisions(settings: DecideSettings) -> Path:
-    """Fine-tune from `settings.base` and write a decider folder to `settings.out`."""
+    """Fine-tune from `settings.base` and write a decider folder to `settings.out`.
+
+    Under `torchrun` every rank takes its share of each batch and DDP averages the gradients;
+    rank 0 writes the folder.
+    """
+    with Distributed.init() as ddp:
+        decider = fit_decider(settings, ddp)
+        if ddp.is_main:
+            decider.save(settings.out)
+        ddp.barrier()
+    return settings.out
+
+
+def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
+    """The training loop; returns the decider with the best epoch's weights (the same on every rank)."""
     torch.manual_seed(settings.seed)
     rng = random.Random(settings.seed)
     model = Model.from_pretrained(settings.base).train()
@@ -131,32 +146,36 @@ def train_decisions(settings: DecideSettings) -> Path:
         train, skipped = read_examples(data.train, data.task, encode, settings.skip_invalid)
         valid, skipped_valid = read_examples(data.valid, data.task, encode, settings.skip_invalid)
         splits[data.task.name] = TaskSplits(train, valid, skipped + skipped_valid)
-        for line in skipped + skipped_valid:
-            print(f"skipped {line}")
+        if ddp.is_main:
+            for line in skipped + skipped_valid:
+                print(f"skipped {line}")
 
     network = decider.decision_model.train()
+    # A step reaches one task's heads and never the LM head; DDP must be told to expect unused parameters.
+    trainer = ddp.wrap(network, find_unused_parameters=True)
     optimizer = build_optimizer(network, settings.lr, settings.weight_decay, betas=(0.9, 0.95))
     by_name = {data.task.name: data.task for data in settings.tasks}
     steps_per_epoch = sum(math.ceil(len(s.train) / settings.batch_size) for s in splits.values())
     total = steps_per_epoch * settings.epochs
     best_loss, best_state, history = math.inf, None, []
     step, tokens, started = 0, 0, time.perf_counter()
-    progress = tqdm(total=total, desc="train decide", unit="step")
+    progress = tqdm(total=total, desc="train decide", unit="step", disable=not ddp.is_main)
     for epoch in range(settings.epochs):
         plan = [(name, batch) for name, s in splits.items() for batch in batches(s.train, settings.batch_size, rng)]
         rng.shuffle(plan)
         for name, batch in plan:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, settings.lr, settings.warmup_steps, total)
-            logits, indexer_loss = network(name, [e.token_ids for e in batch], training=True)
-            task_loss = field_losses(by_name[name], logits, batch)
+            shard = batch[ddp.rank :: ddp.world_size] or batch
+            logits, indexer_loss = trainer(name, [e.token_ids for e in shard], training=True)
+            task_loss = field_losses(by_name[name], logits, shard)
             loss = task_loss + settings.indexer_weight * indexer_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
             optimizer.step()
             step += 1
-            tokens += sum(len(e.token_ids) for e in batch)
+            tokens += sum(len(e.token_ids) for e in shard) * ddp.world_size
             elapsed = time.perf_counter() - started
             progress.set_postfix(task=name, loss=f"{task_loss.item():.3f}", idx=f"{indexer_loss.item():.3f}",
                                  tok_s=f"{tokens / elapsed:.0f}")
@@ -164,7 +183,8 @@ def train_decisions(settings: DecideSettings) -> Path:
         scores = {name: evaluate(network, by_name[name], s.valid, settings.batch_size) for name, s in splits.items()}
         mean_loss = sum(s["loss"] for s in scores.values()) / len(scores)
         history.append({"epoch": epoch + 1, "step": step, **{n: s for n, s in scores.items()}})
-        progress.write(f"epoch {epoch + 1}: valid {scores}")
+        if ddp.is_main:
+            progress.write(f"epoch {epoch + 1}: valid {scores}")
         if mean_loss < best_loss:
             best_loss, best_state = mean_loss, copy.deepcopy(network.state_dict())
     progress.close()
@@ -178,9 +198,9 @@ def train_decisions(settings: DecideSettings) -> Path:
         "steps": step,
         "tokens": tokens,
         "seconds": round(time.perf_counter() - started, 1),
+        "world_size": ddp.world_size,
     }
-    decider.save(settings.out)
-    return settings.out
+    return decider
 
 
 def _base_provenance(base: Path) -> dict:
