@@ -1,5 +1,8 @@
 """The backbone alone: load a DeepSeek-V3.2 checkpoint, prefill a prompt, decode over the latent cache.
 
+The shipped model was fine-tuned for decisions after a short pretraining, so the text it writes is
+poor; what this shows is the API: any transformers DeepSeek-V3.2 folder loads the same way.
+
     .venv/bin/python examples/backbone.py
 """
 
