@@ -29,7 +29,7 @@ def scores(probs: np.ndarray, y: np.ndarray) -> dict[str, float]:
 
 def evaluate_task(decider: Decider, name: str, data: Path) -> dict[str, dict]:
     task = decider.tasks[name]
-    examples, texts = read_with_texts(data / name / "test.jsonl", task, lambda t, d: decider.encode(t, d).token_ids)
+    examples, texts, _ = read_with_texts(data / name / "test.jsonl", task, lambda t, d: decider.encode(t, d).token_ids)
     started = time.perf_counter()
     raw = raw_probabilities(decider, task, examples)
     seconds = time.perf_counter() - started
