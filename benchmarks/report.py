@@ -32,7 +32,9 @@ def machine() -> str:
 
 
 def command() -> str:
-    return "python " + " ".join(shlex.quote(arg) for arg in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+    """How to rerun the benchmark from the repository root (benchmarks run as modules of `benchmarks`)."""
+    module = "benchmarks." + Path(sys.argv[0]).stem
+    return " ".join(["python -m", module, *(shlex.quote(arg) for arg in sys.argv[1:])])
 
 
 def write_results(name: str, results: dict, markdown: str) -> None:
