@@ -1,8 +1,8 @@
 """A bounded soak over loopback: mixed valid and invalid requests against a real server process.
 
 Every request gets exactly one answer, none is a 5xx, and the server's resident memory grows by
-less than 10% after warm-up. `JEV_SOAK_SECONDS` sets the duration (default 5 s for `make test`;
-run with 30 or more before a release).
+less than 10% after warm-up. `JEV_SOAK_SECONDS` sets the duration (default 30 s, as the service issue asks;
+run longer before a release).
 """
 
 import asyncio
@@ -16,7 +16,7 @@ import pytest
 
 from tests.test_serve_support import server_process, ticket, tiny_decider
 
-SECONDS = float(os.environ.get("JEV_SOAK_SECONDS", "5"))
+SECONDS = float(os.environ.get("JEV_SOAK_SECONDS", "30"))
 CONCURRENCY = 8
 
 
