@@ -160,3 +160,24 @@ def test_task_fields_are_as_declared() -> None:
 def test_mail_task_decides_closed_fields_only() -> None:
     MAIL.spec.require_closed_only()
     assert MAIL.decision_model.model_fields["kind"].annotation == Literal["easy_ham", "hard_ham", "spam"]
+
+
+def test_policies_must_name_closed_fields_and_conformal_needs_a_single_choice_field():
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    from jev.schema import FieldPolicy
+
+    class In(BaseModel):
+        text: str
+
+    class Out(BaseModel):
+        tags: set[Literal["a", "b"]]
+        team: Literal["x", "y"]
+
+    Task(name="ok", input_model=In, decision_model=Out, policies={"team": FieldPolicy(conformal_coverage=0.9)})
+    with pytest.raises(ValueError, match="not closed fields"):
+        Task(name="bad", input_model=In, decision_model=Out, policies={"nope": FieldPolicy(abstain_below=0.5)})
+    with pytest.raises(ValueError, match=r"\['tags'\] are multi-label"):
+        Task(name="bad", input_model=In, decision_model=Out, policies={"tags": FieldPolicy(conformal_coverage=0.9)})

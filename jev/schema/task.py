@@ -54,6 +54,15 @@ class Task:
             raise ValueError(
                 f"task {self.name!r}: policies name {unknown}, which are not closed fields {sorted(closed)}"
             )
+        multilabel = sorted(
+            name for name, policy in self.policies.items()
+            if policy.conformal_coverage is not None and self.spec.field(name).kind == "multilabel"
+        )
+        if multilabel:
+            raise ValueError(
+                f"task {self.name!r}: conformal sets need a single-choice field; {multilabel} are multi-label "
+                "(use abstain_below there)"
+            )
 
     def parse_input(self, data: BaseModel | dict[str, Any]) -> BaseModel:
         """The input as an instance of `input_model`; InvalidInputError lists every bad field otherwise."""
