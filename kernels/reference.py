@@ -61,31 +61,44 @@ def indexer_logits(
     """DSA index scores `I[t, s] = sum_j w[t, j] * relu(scale * q[t, j] . k[s])`, -inf where not causal.
 
     q: `[B, T, H_I, d_I]`, weights: `[B, T, H_I]`, k_cache: `[B, L, d_I]`, q_positions: `[B, T]`.
-    Returns float32 `[B, T, L]`. The order of operations follows DeepSeek's reference (scores per
-    head, ReLU, then a weighted sum over heads as a matmul) so selections agree bit for bit.
+    Returns float32 `[B, T, L]`. The scale is applied to q (ReLU commutes with a positive factor),
+    which saves a pass over the `[B, T, H_I, L]` per-head scores.
     """
-    per_head = torch.matmul(q.float(), k_cache.float().transpose(-1, -2).unsqueeze(1)) * scale
-    scores = torch.matmul(weights.float().unsqueeze(-2), per_head.relu()).squeeze(-2)
+    per_head = torch.matmul(q.float() * scale, k_cache.float().transpose(-1, -2).unsqueeze(1))
+    scores = torch.matmul(weights.float().unsqueeze(-2), per_head.relu_()).squeeze(-2)
     return scores.masked_fill(~causal_key_mask(q_positions, k_cache.shape[1]), NEG_INF)
 
 
 def select_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Top-`min(k, L)` key indices per query as int32, `-1` where the score is -inf (not causal).
+    """Top-`min(k, L)` key indices per query as int32, ascending, `-1` where the score is -inf.
 
     Masked entries can be picked when a row has fewer than k visible keys; marking them -1 is what
     keeps the selection causal. Ties are common (a score is exactly 0 whenever every head's ReLU
     is), and `torch.topk` breaks them differently for rows of different widths, which would let
-    padding or a neighbour's length change a sequence's output. So the selection ranks by score,
-    then by position (earlier wins), as one exact integer key.
+    padding or a neighbour's length change a sequence's output. So a row whose k-th and (k+1)-th
+    scores tie is ranked again by an exact key (score, then earlier position wins), and every
+    selection is returned in ascending order, so the same set is always summed in the same order.
     """
+    width = scores.shape[-1]
+    top = min(k, width)
+    values, indices = scores.topk(min(top + 1, width), dim=-1)
+    if top < width:
+        tied = values[..., top - 1] == values[..., top]
+        if bool(tied.any()):
+            indices[tied] = _exact_topk(scores[tied], top + 1)
+        indices = indices[..., :top]
+    indices = indices.sort(dim=-1).values
+    chosen = scores.gather(-1, indices)
+    return torch.where(chosen == NEG_INF, -1, indices).to(torch.int32)
+
+
+def _exact_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-k of `[N, L]` rows by (score, earlier position) as one exact int64 key; no ties remain."""
     width = scores.shape[-1]
     bits = scores.float().contiguous().view(torch.int32).to(torch.int64)
     ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # monotone in the float's value
     positions = torch.arange(width, device=scores.device)
-    key = ordered * (1 << 31) + ((1 << 31) - 1 - positions)
-    indices = key.topk(min(k, width), dim=-1).indices
-    chosen = scores.gather(-1, indices)
-    return torch.where(chosen == NEG_INF, -1, indices).to(torch.int32)
+    return (ordered * (1 << 31) + ((1 << 31) - 1 - positions)).topk(k, dim=-1).indices
 
 
 def sparse_mla(

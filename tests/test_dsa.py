@@ -123,6 +123,8 @@ def test_tied_scores_select_the_same_keys_whatever_the_row_width():
     scores = torch.tensor([[[0.5, 0.0, 0.0, 0.0, -0.0, 0.0, 2.0]]])
     narrow = ref.select_topk(scores, 3)
     wide = ref.select_topk(torch.cat([scores, torch.full((1, 1, 9), float("-inf"))], dim=-1), 3)
-    assert narrow.tolist() == wide.tolist() == [[[6, 0, 1]]]
-    ordered = ref.select_topk(torch.tensor([[[-3.0, -1.0, -2.0, 1.5, float("-inf")]]]), 5)
-    assert ordered.tolist() == [[[3, 1, 2, 0, -1]]]
+    assert narrow.tolist() == wide.tolist() == [[[0, 1, 6]]], "ties go to earlier keys; the set comes sorted"
+    everything = ref.select_topk(torch.tensor([[[-3.0, -1.0, -2.0, 1.5, float("-inf")]]]), 5)
+    assert everything.tolist() == [[[0, 1, 2, 3, -1]]]
+    negatives = ref.select_topk(torch.tensor([[[-3.0, -1.0, -2.0, 1.5, -0.5]]]), 3)
+    assert negatives.tolist() == [[[1, 3, 4]]], "negative scores rank by value"
