@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from jev.data.text import pretraining_texts, read_ptb, strip_gutenberg, write_gutenberg, write_ptb
+from jev.data.text import read_ptb, strip_gutenberg, write_gutenberg, write_ptb
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 
@@ -57,16 +55,3 @@ def test_read_ptb_rejects_a_module_without_penn(tmp_path: Path) -> None:
 def test_write_ptb_counts_lines(tmp_path: Path) -> None:
     assert write_ptb(FIXTURES / "ptb" / "treebank_init.py.txt", tmp_path) == {"train": 2, "valid": 1, "test": 1}
     assert (tmp_path / "train.txt").read_text(encoding="utf-8") == " the cat sat \n on the <unk> N \n"
-
-
-def test_pretraining_texts_reads_train_splits_only(tmp_path: Path) -> None:
-    shutil.copytree(FIXTURES / "gutenberg", tmp_path / "gutenberg")
-    for task, field in (("mail", "body"), ("chat", "message")):
-        (tmp_path / task).mkdir()
-        for split in ("train", "valid", "calib", "test"):
-            row = {"id": split, "input": {field: f"{task}-{split}"}}
-            (tmp_path / task / f"{split}.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
-    texts = list(pretraining_texts(tmp_path))
-    assert texts[-2:] == ["mail-train", "chat-train"]
-    assert not [t for t in texts if t.endswith(("-valid", "-calib", "-test"))]
-    assert len(texts) == 4 + 2, "every *.txt of gutenberg/, then one mail and one chat row"

@@ -1,18 +1,14 @@
-"""Pretraining text: Gutenberg Shakespeare, Mikolov's PTB, and the permissive corpus.
+"""Pretraining text: Gutenberg Shakespeare and Mikolov's PTB, cleaned and written as plain text.
 
-The shipped model may only be pretrained on public-domain or permissively licensed text, and
-never on a valid, calib or test row, or the held-out scores would be measured on seen text;
-``pretraining_texts`` is the one place that decides what that corpus is.
+The shipped model is pretrained only on Gutenberg and the train splits of mail and chat (the
+Makefile's `default-model` names them); PTB is LDC-licensed and kept for perplexity comparisons.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
 from pathlib import Path
-
-from jev.data.jsonl import read_jsonl
 
 PTB_SPLITS: tuple[str, ...] = ("train", "valid", "test")
 
@@ -96,19 +92,3 @@ def write_ptb(init_py: Path, out_dir: Path) -> dict[str, int]:
             target.write(text)
         counts[name] = text.count("\n")
     return counts
-
-
-def pretraining_texts(prepared_dir: Path) -> Iterator[str]:
-    """The permissive pretraining corpus: Gutenberg plays, then train mail bodies and chat lines.
-
-    Only the train splits of mail (CC0) and chat (BSD) are read; PTB (LDC newswire) is excluded
-    because it is licensed for evaluation, not for pretraining the shipped model.
-    """
-    prepared_dir = Path(prepared_dir)
-    for path in sorted((prepared_dir / "gutenberg").glob("*.txt")):
-        with path.open(encoding="utf-8", newline="") as source:
-            yield source.read()
-    for row in read_jsonl(prepared_dir / "mail" / "train.jsonl"):
-        yield row["input"]["body"]
-    for row in read_jsonl(prepared_dir / "chat" / "train.jsonl"):
-        yield row["input"]["message"]

@@ -223,15 +223,20 @@ class Decider:
         probs = self.calibrated(task, self.probabilities(task, [e.token_ids for e in batch]))
         compute_ms = 1e3 * (time.perf_counter() - start)
         fields = task.spec.closed_fields
+        sets = self._conformal_sets(task, probs)
+        info = self.model_info(task)
         result_type = Decided[task.decision_model]
         results = []
         for row, item in enumerate(batch):
             table = {f.name: dict(zip(f.values, probs[f.name][row].tolist(), strict=True)) for f in fields}
             value = task.spec.build({f.name: _choose(f.kind, table[f.name]) for f in fields})
             usage = Usage(input_tokens=len(item.token_ids), forward_passes=1, compute_ms=compute_ms)
-            outcomes = {f.name: self._outcome(task, f, table[f.name]) for f in fields}
-            info = {**self.model_info(task), "truncated_input": item.truncated}
-            results.append(result_type(value=value, probs=table, outcomes=outcomes, usage=usage, model=info))
+            outcomes = {
+                f.name: self._outcome(task, f, table[f.name], sets[f.name][row] if f.name in sets else None)
+                for f in fields
+            }
+            model = {**info, "truncated_input": item.truncated}
+            results.append(result_type(value=value, probs=table, outcomes=outcomes, usage=usage, model=model))
         return results
 
     def model_info(self, task: Task) -> dict[str, Any]:
@@ -244,18 +249,28 @@ class Decider:
             "calibration": calibration.identity() if calibration else None,
         }
 
-    def _outcome(self, task: Task, spec: FieldSpec, table: dict[Any, float]) -> FieldOutcome:
-        """Apply the field's declared policy to its calibrated probabilities."""
-        confidence = _confidence(spec.kind, table)
-        policy = task.policies.get(spec.name) or FieldPolicy()
-        threshold = policy.abstain_below
-        prediction_set, coverage = None, None
+    def _conformal_sets(self, task: Task, probs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Set membership `[B, n_values]` of each field whose policy declares conformal sets.
+
+        An uncalibrated task gets none; a calibrated one has the declared coverage (`check_policies`).
+        """
         calibration = self.calibrations.get(task.name)
-        # An uncalibrated task returns no set; a calibrated one has the coverage (`check_policies`).
-        if policy.conformal_coverage is not None and calibration is not None:
-            conformal = calibration.conformal[spec.name]
-            prediction_set = [value for value, p in table.items() if 1.0 - p <= conformal.qhat_]
-            coverage = conformal.coverage
+        if calibration is None:
+            return {}
+        return {
+            name: calibration.conformal[name].predict_sets(probs[name])
+            for name, policy in task.policies.items()
+            if policy.conformal_coverage is not None
+        }
+
+    def _outcome(self, task: Task, spec: FieldSpec, table: dict[Any, float], in_set: np.ndarray | None) -> FieldOutcome:
+        """Apply the field's declared policy to one row's calibrated probabilities (and set membership)."""
+        confidence = _confidence(spec.kind, table)
+        threshold = (task.policies.get(spec.name) or FieldPolicy()).abstain_below
+        prediction_set, coverage = None, None
+        if in_set is not None:
+            prediction_set = [value for value, keep in zip(spec.values, in_set, strict=True) if keep]
+            coverage = self.calibrations[task.name].conformal[spec.name].coverage
         return FieldOutcome(
             abstained=threshold is not None and confidence < threshold,
             confidence=confidence,

@@ -15,8 +15,6 @@ from jev.engine.accept import SamplingSettings, sample_from, warp
 from jev.engine.drafters import Draft
 from jev.model import Model
 
-DRAFTER_DIR = "drafter"
-
 
 class AutoregressiveDrafter:
     """Drafts with a small causal LM. `model` must share the target's vocabulary."""
