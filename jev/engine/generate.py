@@ -119,6 +119,7 @@ def generate(
     draft_len: int = 4,
     stop: Collection[int] = (),
     policy: VerifyPolicy | None = None,
+    cache: LatentCache | None = None,
 ) -> Generation:
     """Generate up to `max_new_tokens` per prompt; `drafter=None` is plain decoding.
 
@@ -126,6 +127,9 @@ def generate(
     and `max_new_tokens` are scalars or one value per prompt; temperature 0 is greedy. `stop`
     tokens end a sequence and are kept as its last token. `policy` picks draft and verify lengths
     (default: always `draft_len`). The output has exactly the distribution of plain decoding.
+
+    `cache`, when given, already holds every prompt but its last token (a decision pass was the
+    prefill), so no prefill pass runs; it needs room for the new tokens plus `draft_len + 1`.
     """
     prompts = _as_batch(prompt_ids)
     batch = len(prompts)
@@ -141,8 +145,11 @@ def generate(
     rng = Randomness(seed, batch)
     stats = GenerationStats()
     max_len = max(len(p) for p in prompts) + int(budget.max()) + depth_cap + 1
-    cache = model.new_cache(batch, max_len)
-    pending = _prefill(model, cache, prompts, stats)
+    if cache is None:
+        cache = model.new_cache(batch, max_len)
+        pending = _prefill(model, cache, prompts, stats)
+    else:
+        pending = _continue(cache, prompts, max_len)
     if drafter is not None:
         drafter.start(prompts, max_len)
     out = torch.zeros(batch, int(budget.max()) + depth_cap + 1, dtype=torch.int64)
@@ -209,6 +216,16 @@ def _prefill(model: Model, cache: LatentCache, prompts: list[list[int]], stats: 
             tokens[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
         model(tokens.to(model.device), cache=cache, lengths=lengths)
         stats.target_passes += 1
+    return torch.tensor([p[-1] for p in prompts])
+
+
+def _continue(cache: LatentCache, prompts: list[list[int]], max_len: int) -> torch.Tensor:
+    """Check a given cache holds exactly each prompt but its last token and has room; return the pending tokens."""
+    expected = torch.tensor([len(p) - 1 for p in prompts], device=cache.lengths.device)
+    if cache.batch_size != len(prompts) or not torch.equal(cache.lengths, expected):
+        raise ValueError(f"the cache holds {cache.lengths.tolist()} tokens; the prompts need {expected.tolist()}")
+    if cache.max_len < max_len:
+        raise ValueError(f"the cache holds {cache.max_len} positions; this generation needs {max_len}")
     return torch.tensor([p[-1] for p in prompts])
 
 
