@@ -11,6 +11,9 @@ load-aware scheduler generate `--new-tokens` per prompt. Reported:
 - c: one drafter pass's time relative to one target verify pass;
 - tokens/s (all sequences together), and speedup over plain decoding at the same batch size.
 
+The drafter folder may hold either kind (autoregressive or DSpark; `jev.engine.drafters.load_drafter`
+reads which). Draft lengths past what a DSpark drafter was trained to draft in one pass are skipped.
+
     python -m benchmarks.speculative --target models/default --drafter models/default/drafter
 """
 
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import write_results
-from jev.engine.drafters.autoregressive import AutoregressiveDrafter
+from jev.engine.drafters import Drafter, drafter_kind, load_drafter
 from jev.engine.generate import generate
 from jev.engine.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
 from jev.model import Model
@@ -47,7 +50,7 @@ def run(
     prompts: list[list[int]],
     new_tokens: int,
     temperature: float,
-    drafter: AutoregressiveDrafter | None,
+    drafter: Drafter | None,
     draft_len: int,
     policy: VerifyPolicy | None,
 ) -> dict[str, Any]:
@@ -96,7 +99,12 @@ def main() -> None:
     args = parser.parse_args()
 
     target = Model.from_pretrained(args.target).eval()
-    drafter = AutoregressiveDrafter.load(args.drafter or args.target / "drafter")
+    drafter_path = args.drafter or args.target / "drafter"
+    drafter = load_drafter(drafter_path, target)
+    most = getattr(drafter, "max_draft_len", max(args.draft_lens))
+    if any(k > most for k in args.draft_lens):
+        print(f"skipping draft lengths above {most}: the drafter drafts at most {most} tokens per pass")
+        args.draft_lens = [k for k in args.draft_lens if k <= most]
     tokenizer = load_tokenizer(args.target)
     prompts = mail_prompts(args.data, tokenizer, max(args.batches), args.prompt_tokens)
     longest = max(args.draft_lens)
@@ -104,7 +112,8 @@ def main() -> None:
     scheduler = LoadAwareScheduler(VerifyProfile.measure(target, totals, context=args.prompt_tokens, width=longest + 1))
 
     run(target, prompts[:1], 2, args.temperature, drafter, 1, None)  # warm-up: first-call allocations
-    results: dict[str, Any] = {"settings": {k: str(v) for k, v in vars(args).items()}, "runs": {}}
+    settings = {**{k: str(v) for k, v in vars(args).items()}, "drafter_kind": drafter_kind(drafter_path)}
+    results: dict[str, Any] = {"settings": settings, "runs": {}}
     rows = []
     for batch in args.batches:
         batch_prompts = prompts[:batch]
@@ -123,8 +132,8 @@ def main() -> None:
                 f"| {cond} | {_fmt(r.get('drafter_cost_c'))} | {r['verified_per_round']:.2f} |"
             )
     markdown = (
-        "tau counts the bonus/correction token (plain decoding = 1.00). Prompts: held-out mail, "
-        f"T={args.temperature}.\n\n"
+        f"Drafter: {settings['drafter_kind']}. tau counts the bonus/correction token (plain decoding = 1.00). "
+        f"Prompts: held-out mail, T={args.temperature}.\n\n"
         "| batch | policy | tok/s | speedup | tau | tau iid | accept rate | conditional acceptance by position "
         "| c | verified/round |\n|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
     )

@@ -67,6 +67,12 @@ def _add_decide_training(train: argparse._SubParsersAction) -> None:
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--max-input-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--answer-weight",
+        type=float,
+        default=0.0,
+        help="weight of the language-modelling loss on each row's answer written as JSON (0: heads only)",
+    )
     parser.add_argument("--skip-invalid", action="store_true", help="drop rows that fail validation")
     parser.set_defaults(func=_run_decide_training)
 
@@ -84,6 +90,7 @@ def _run_decide_training(args: argparse.Namespace) -> int:
         DecideSettings(
             tasks=tasks, base=args.base, out=args.out, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
             max_input_tokens=args.max_input_tokens, seed=args.seed, skip_invalid=args.skip_invalid,
+            answer_weight=args.answer_weight,
         )
     )
     print(f"wrote a decider to {out}")

@@ -1,15 +1,17 @@
-"""The mail task: is a mail spam, does it come from a mailing list, is it a reply.
+"""The mail task: is a mail spam, does it come from a mailing list, is it a reply; and a subject line.
 
 Data: the SpamAssassin public corpus (`jev data fetch && jev data prepare`; see docs/data.md).
 Mails can run to many thousand tokens and their first lines carry most of the signal, so the task
 declares truncation: an over-long body is cut to the model's input limit instead of refused.
+The model sees only the body; `subject` is generated after the closed fields, trained on the
+mails' real subject lines.
 """
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from jev.schema import FieldPolicy, Task
+from jev.schema import FieldPolicy, MaxTokens, Task
 
 
 class MailInput(BaseModel):
@@ -22,6 +24,7 @@ class MailDecision(BaseModel):
     )
     mailing_list: bool = Field(description="The mail was sent through a mailing list.")
     reply: bool = Field(description="The mail replies to an earlier one.")
+    subject: Annotated[str, MaxTokens(32)] = Field(description="A subject line for the mail.")
 
 
 TASK = Task(

@@ -16,10 +16,8 @@ from jev.schema import (
     InvalidInputError,
     SchemaMismatchError,
     Task,
-    UnsupportedSchemaError,
     render_input,
 )
-from schemas.examples import TASK as EXAMPLE_TASK
 from schemas.mail import TASK as MAIL_TASK
 from schemas.mail import MailDecision
 from tests.conftest import random_model, tiny_config, tiny_tokenizer
@@ -122,7 +120,7 @@ def test_input_errors_are_clear(decider):
     assert kept == full[:18] + full[-6:], "keeps the head (3/4 of the limit) and the tail (1/4)"
 
 
-def test_unknown_decision_and_text_fields_are_refused(decider):
+def test_unknown_decisions_are_refused(decider):
     class Other(BaseModel):
         spam: bool
 
@@ -130,9 +128,6 @@ def test_unknown_decision_and_text_fields_are_refused(decider):
         decider.decide(Other, {"text": "x"})
     with pytest.raises(UnknownTaskError, match="no task 'nope'"):
         decider.decide("nope", {"text": "x"})
-    text_decider = Decider.new(decider.model, decider.tokenizer, {"schemas.examples:TASK": EXAMPLE_TASK}, 24)
-    with pytest.raises(UnsupportedSchemaError, match="free-text"):
-        text_decider.decide(EXAMPLE_TASK.decision_model, EXAMPLE_TASK.input_model.model_json_schema() and {})
 
 
 def test_saved_decider_loads_with_identical_answers(decider, tmp_path):

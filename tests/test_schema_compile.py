@@ -7,7 +7,8 @@ import pytest
 from annotated_types import Interval
 from pydantic import BaseModel, Field, conint, create_model
 
-from jev.schema import MAX_INT_VALUES, UnsupportedSchemaError, compile_decision
+from jev.schema import MAX_INT_VALUES, MaxTokens, UnsupportedSchemaError, compile_decision
+from jev.schema.fields import DEFAULT_TEXT_TOKENS
 
 
 class Color(Enum):
@@ -105,18 +106,18 @@ def test_nested_models_flatten_to_dotted_names_depth_first() -> None:
     assert [f.name for f in spec.text_fields] == ["person.note"]
 
 
-def test_text_fields_compile_but_require_closed_only_names_them() -> None:
-    spec = compile_decision(Person)
-    with pytest.raises(UnsupportedSchemaError) as caught:
-        spec.require_closed_only()
-    message = str(caught.value)
-    assert "note" in message
-    assert "speculative decoding" in message
-    assert [p["loc"] for p in caught.value.problems] == ["note"]
+def test_text_fields_carry_a_token_limit_into_the_layout() -> None:
+    class Limited(BaseModel):
+        short: Annotated[str, MaxTokens(8)]
+        free: str
 
-
-def test_closed_only_schema_passes_require_closed_only() -> None:
-    compile_decision(Address).require_closed_only()
+    spec = compile_decision(Limited)
+    assert [(f.name, f.max_tokens) for f in spec.text_fields] == [("short", 8), ("free", DEFAULT_TEXT_TOKENS)]
+    assert spec.layout()["fields"][0] == {"name": "short", "kind": "text", "values": [], "nullable": False,
+                                          "max_tokens": 8}
+    assert compile_decision(Person).field("person.note").max_tokens == DEFAULT_TEXT_TOKENS
+    with pytest.raises(ValueError, match="positive int"):
+        MaxTokens(0)
 
 
 class FloatDecision(BaseModel):

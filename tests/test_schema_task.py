@@ -157,8 +157,9 @@ def test_task_fields_are_as_declared() -> None:
     assert Task(name="t", input_model=Order, decision_model=Verdict).truncate is False
 
 
-def test_mail_task_decides_closed_fields_only() -> None:
-    MAIL.spec.require_closed_only()
+def test_mail_task_decides_closed_fields_and_writes_a_subject() -> None:
+    assert [f.name for f in MAIL.spec.closed_fields] == ["kind", "mailing_list", "reply"]
+    assert [f.name for f in MAIL.spec.text_fields] == ["subject"]
     assert MAIL.decision_model.model_fields["kind"].annotation == Literal["easy_ham", "hard_ham", "spam"]
 
 

@@ -3,6 +3,7 @@
 ```
 config.json, model.safetensors   the DeepSeek-V3.2 backbone, loadable by transformers
 tokenizer.json                   byte-level BPE (HF tokenizers)
+tokenizer_config.json            its special tokens, for transformers' AutoTokenizer
 heads.safetensors                per task: field query embeddings and head weights
 jev.json                         tasks (module reference, trained schema layout and hash, input
                                  token limit), calibrators, training provenance
@@ -22,6 +23,7 @@ from jev.model import CheckpointError, Model
 from jev.model.checkpoint import WEIGHTS_FILE
 from jev.model.heads import HeadLayout, TaskHeads
 from jev.schema import DecisionSpec
+from jev.train.tokenizer import save_tokenizer
 
 MANIFEST_FILE = "jev.json"
 HEADS_FILE = "heads.safetensors"
@@ -129,6 +131,6 @@ def save_bundle(
     """Write every file of a decider folder."""
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
-    tokenizer.save(str(folder / TOKENIZER_FILE))
+    save_tokenizer(tokenizer, folder)
     save_heads(folder, heads)
     (folder / MANIFEST_FILE).write_text(manifest.to_json())

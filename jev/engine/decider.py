@@ -4,7 +4,9 @@
     result = decider.decide(MailDecision, {"body": "Win a free cruise! Click here."})
     result.value.kind, result.probs["kind"]["spam"], result.usage.forward_passes  # 'spam', 0.97, 1
 
-One forward pass decides every closed field of a whole batch (see `jev.engine.decision`).
+One forward pass decides every closed field of a whole batch (see `jev.engine.decision`). Text
+fields are then generated after the decided values, continuing that pass's cache
+(`jev.engine.texts`), speculatively when the decider has a drafter.
 """
 
 import time
@@ -18,10 +20,14 @@ import torch
 from pydantic import BaseModel
 from tokenizers import Tokenizer
 
+from jev.engine.answer import AnswerTokens
 from jev.engine.bundle import Manifest, TaskEntry, head_layouts, load_heads, load_tokenizer, model_id, save_bundle
 from jev.engine.calibration import TaskCalibration
 from jev.engine.decision import DecisionModel
-from jev.model import Model
+from jev.engine.drafters import Drafter
+from jev.engine.scheduler import VerifyPolicy
+from jev.engine.texts import TextSettings, WrittenTexts, cache_room, write_texts
+from jev.model import LatentCache, Model
 from jev.model.heads import TaskHeads
 from jev.schema import (
     Decided,
@@ -66,8 +72,15 @@ class Decider:
         manifest: Manifest,
         max_batch: int = 32,
         model_id: str = "unsaved",
+        drafter: Drafter | None = None,
+        policy: VerifyPolicy | None = None,
+        text_settings: TextSettings | None = None,
     ) -> None:
         self.model = model.eval()
+        self.drafter = drafter
+        self.policy = policy
+        self.text_settings = text_settings or TextSettings()
+        self._answers: dict[str, AnswerTokens] = {}
         self.tokenizer = tokenizer
         self.tasks = tasks
         self.decision_model = decision_model.eval()
@@ -196,17 +209,19 @@ class Decider:
     ) -> list[Decided]:
         """Decide many inputs in `ceil(len / max_batch)` forward passes, results in input order."""
         task = self.task_for(decision)
-        task.spec.require_closed_only()
         encoded = [self.encode(task, data) for data in inputs]
         results: list[Decided] = []
         for start in range(0, len(encoded), self.max_batch):
             results.extend(self.decide_encoded(task, encoded[start : start + self.max_batch]))
         return results
 
-    def probabilities(self, task: Task, token_ids: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
-        """Raw (uncalibrated) head probabilities per closed field `[B, n_values]`, from one forward pass."""
+    def probabilities(
+        self, task: Task, token_ids: Sequence[Sequence[int]], cache: LatentCache | None = None
+    ) -> dict[str, np.ndarray]:
+        """Raw (uncalibrated) head probabilities per closed field `[B, n_values]`, from one forward pass
+        (which also fills `cache`, when given, with the inputs and field tokens)."""
         with torch.inference_mode():
-            logits, _ = self.decision_model(task.name, token_ids)
+            logits = self.decision_model(task.name, token_ids, cache=cache).logits
             probs = self.decision_model.heads[task.name].probabilities(logits)
         return {f.name: p.double().numpy() for f, p in zip(task.spec.closed_fields, probs, strict=True)}
 
@@ -220,24 +235,59 @@ class Decider:
     def decide_encoded(self, task: Task, batch: Sequence[Encoded]) -> list[Decided]:
         """Decide already-encoded inputs of one task in one forward pass (the batcher's entry point)."""
         start = time.perf_counter()
-        probs = self.calibrated(task, self.probabilities(task, [e.token_ids for e in batch]))
-        compute_ms = 1e3 * (time.perf_counter() - start)
+        token_ids = [e.token_ids for e in batch]
+        cache = self._decision_cache(task, token_ids) if task.spec.text_fields else None
+        probs = self.calibrated(task, self.probabilities(task, token_ids, cache))
         fields = task.spec.closed_fields
+        tables = [
+            {f.name: dict(zip(f.values, probs[f.name][row].tolist(), strict=True)) for f in fields}
+            for row in range(len(batch))
+        ]
+        closed = [{f.name: _choose(f.kind, table[f.name]) for f in fields} for table in tables]
+        texts = self._write_texts(task, token_ids, closed, cache) if cache is not None else None
+        compute_ms = 1e3 * (time.perf_counter() - start)
         sets = self._conformal_sets(task, probs)
         info = self.model_info(task)
         result_type = Decided[task.decision_model]
         results = []
-        for row, item in enumerate(batch):
-            table = {f.name: dict(zip(f.values, probs[f.name][row].tolist(), strict=True)) for f in fields}
-            value = task.spec.build({f.name: _choose(f.kind, table[f.name]) for f in fields})
-            usage = Usage(input_tokens=len(item.token_ids), forward_passes=1, compute_ms=compute_ms)
+        for row, (item, table) in enumerate(zip(batch, tables, strict=True)):
+            value = task.spec.build({**closed[row], **(texts.texts[row] if texts else {})})
+            usage = Usage(
+                input_tokens=len(item.token_ids),
+                forward_passes=1 + (texts.forward_passes if texts else 0),
+                generated_tokens=texts.generated_tokens[row] if texts else 0,
+                accepted_length=texts.accepted_length if texts else 0.0,
+                compute_ms=compute_ms,
+            )
             outcomes = {
                 f.name: self._outcome(task, f, table[f.name], sets[f.name][row] if f.name in sets else None)
                 for f in fields
             }
             model = {**info, "truncated_input": item.truncated}
+            if texts:
+                model["truncated_texts"] = texts.truncated[row]
             results.append(result_type(value=value, probs=table, outcomes=outcomes, usage=usage, model=model))
         return results
+
+    def answer_tokens(self, task: Task) -> AnswerTokens:
+        """The task's answer written as tokens (built once per task)."""
+        if task.name not in self._answers:
+            self._answers[task.name] = AnswerTokens(task.spec, self.tokenizer)
+        return self._answers[task.name]
+
+    def _decision_cache(self, task: Task, token_ids: list[list[int]]) -> LatentCache:
+        """A cache for the decision pass with room for the whole answer after it."""
+        room = cache_room(self.answer_tokens(task), [len(ids) for ids in token_ids], self.text_settings.draft_len)
+        return self.model.new_cache(len(token_ids), room)
+
+    def _write_texts(
+        self, task: Task, token_ids: list[list[int]], closed: list[dict[str, Any]], cache: LatentCache
+    ) -> WrittenTexts:
+        with torch.inference_mode():
+            return write_texts(
+                self.model, self.tokenizer, self.answer_tokens(task), token_ids, closed, cache,
+                self.text_settings, self.drafter, self.policy,
+            )
 
     def model_info(self, task: Task) -> dict[str, Any]:
         """Which model, schema and calibration a decision of `task` comes from."""

@@ -3,15 +3,31 @@
 Training and inference share this module, so the layout the heads were trained on is exactly the
 layout they are served with. Each row of a batch holds its own input length; its field tokens sit
 right after its last input token and padding goes after them.
+
+Training may also teach the language model to write the answer (`answers`): a second pass over
+`[input tokens][answer tokens]`, without the query tokens, because a generative reader of the same
+weights (Outlines on transformers, or Jev's own text fields after the decision) sees plain text.
+The loss is the mean next-token cross-entropy over the answer tokens.
 """
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from jev.model import Model
+from jev.model import LatentCache, Model
 from jev.model.heads import TaskHeads
+
+
+class DecisionOutputs(NamedTuple):
+    """Logits per closed field `[B, n_outputs]`; in training, the indexers' KL loss and (with
+    answers) the answer's language-modelling loss."""
+
+    logits: list[torch.Tensor]
+    indexer_loss: torch.Tensor | None = None
+    answer_loss: torch.Tensor | None = None
 
 
 class DecisionModel(nn.Module):
@@ -23,21 +39,53 @@ class DecisionModel(nn.Module):
         self.heads = nn.ModuleDict(heads)
 
     def forward(
-        self, task: str, token_ids: Sequence[Sequence[int]], *, training: bool = False
-    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
-        """Logits per field `[B, n_outputs]` for a batch of tokenised inputs of any lengths.
+        self,
+        task: str,
+        token_ids: Sequence[Sequence[int]],
+        *,
+        training: bool = False,
+        answers: Sequence[Sequence[int]] | None = None,
+        cache: LatentCache | None = None,
+    ) -> DecisionOutputs:
+        """Logits per field for a batch of tokenised inputs of any lengths.
 
-        With `training=True` attention stays dense and the DSA indexers' KL loss is returned too;
-        otherwise the indexer's top-k selection is used and the second value is None.
+        With `training=True` attention stays dense and the DSA indexers' KL loss is returned too
+        (averaged with the answer pass's when `answers` are given); otherwise the indexer's top-k
+        selection is used and `cache`, if given, receives every row's inputs and field tokens.
         """
         heads: TaskHeads = self.heads[task]
         embeds, lengths, field_positions = self.layout(heads, token_ids)
         if training:
             hidden, indexer_loss = self.model.training_states(inputs_embeds=embeds, lengths=lengths)
         else:
-            hidden, indexer_loss = self.model.hidden_states(inputs_embeds=embeds, lengths=lengths), None
+            hidden = self.model.hidden_states(inputs_embeds=embeds, lengths=lengths, cache=cache)
+            indexer_loss = None
         rows = torch.arange(len(token_ids), device=hidden.device).unsqueeze(1)
-        return heads(hidden[rows, field_positions]), indexer_loss
+        logits = heads(hidden[rows, field_positions])
+        if answers is None:
+            return DecisionOutputs(logits, indexer_loss)
+        answer_loss, answer_indexer_loss = self.answer_loss(token_ids, answers)
+        if indexer_loss is not None:
+            indexer_loss = (indexer_loss + answer_indexer_loss) / 2
+        return DecisionOutputs(logits, indexer_loss, answer_loss)
+
+    def answer_loss(
+        self, token_ids: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean cross-entropy of each answer's tokens after its input (dense attention), and the
+        indexers' KL loss on that pass."""
+        device = self.model.device
+        rows = [[*ids, *answer] for ids, answer in zip(token_ids, answers, strict=True)]
+        lengths = torch.tensor([len(r) for r in rows], device=device)
+        padded = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long, device=device)
+        for row, ids in enumerate(rows):
+            padded[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+        hidden, indexer_loss = self.model.training_states(padded, lengths=lengths)
+        row_index = torch.cat([torch.full((len(a),), r) for r, a in enumerate(answers)]).to(device)
+        target_pos = torch.cat([torch.arange(len(t), len(t) + len(a)) for t, a in zip(token_ids, answers, strict=True)])
+        target_pos = target_pos.to(device)
+        logits = self.model.lm_head(hidden[row_index, target_pos - 1])
+        return F.cross_entropy(logits.float(), padded[row_index, target_pos]), indexer_loss
 
     def layout(
         self, heads: TaskHeads, token_ids: Sequence[Sequence[int]]

@@ -9,11 +9,15 @@ logits into tokens. One round, for all active sequences at once:
 4. ONE target pass reads each sequence's `[pending, x_1..x_n]` (ragged lengths) into the cache;
 5. `accept_block` draws how many drafts held and the correction / bonus token;
 6. the target cache is rolled back past rejected drafts (`LatentCache.truncate`), the drafter
-   is told what was committed, and the emitted tokens are appended (cut at a stop token or at
-   `max_new_tokens`).
+   is told what was committed (and, if it reads the target's states, shown the target's hidden
+   state at the last committed position), and the emitted tokens are appended (cut at a stop
+   token or at `max_new_tokens`).
 
 The target's cache always holds the prompt and the emitted tokens except the newest ("pending")
-one, which the next round's pass reads first.
+one, which the next round's pass reads first. A drafter that reads the target's hidden states
+(`ReadsTargetStates`) gets them from the prefill and from every verify pass; a round in which some
+active sequence has no state yet (a given `cache=`, so no prefill pass ran, or a one-token prompt)
+drafts nothing: it is a plain decoding step, whose pass supplies the states for the next round.
 """
 
 import time
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from jev.engine.accept import SamplingSettings, accept_block, warp
-from jev.engine.drafters import Drafter
+from jev.engine.drafters import Drafter, ReadsTargetStates
 from jev.engine.scheduler import FixedLength, VerifyPolicy
 from jev.model import LatentCache, Model
 
@@ -129,7 +133,9 @@ def generate(
     (default: always `draft_len`). The output has exactly the distribution of plain decoding.
 
     `cache`, when given, already holds every prompt but its last token (a decision pass was the
-    prefill), so no prefill pass runs; it needs room for the new tokens plus `draft_len + 1`.
+    prefill), so no prefill pass runs; it needs room for the new tokens plus `draft_len + 1`. A
+    drafter that reads the target's hidden states then drafts from the second round on: the first
+    round's pass is the first to give it one.
     """
     prompts = _as_batch(prompt_ids)
     batch = len(prompts)
@@ -145,19 +151,24 @@ def generate(
     rng = Randomness(seed, batch)
     stats = GenerationStats()
     max_len = max(len(p) for p in prompts) + int(budget.max()) + depth_cap + 1
+    reads_states = isinstance(drafter, ReadsTargetStates)
     if cache is None:
         cache = model.new_cache(batch, max_len)
-        pending = _prefill(model, cache, prompts, stats)
+        pending, hidden, seen = _prefill(model, cache, prompts, stats)
     else:
-        pending = _continue(cache, prompts, max_len)
+        pending, hidden, seen = _continue(cache, prompts, max_len), None, torch.zeros(batch, dtype=torch.bool)
     if drafter is not None:
         drafter.start(prompts, max_len)
+        if reads_states and bool(seen.any()):
+            drafter.observe(hidden, seen)
     out = torch.zeros(batch, int(budget.max()) + depth_cap + 1, dtype=torch.int64)
     out_n = torch.zeros(batch, dtype=torch.int64)
     active = budget > 0
 
     while bool(active.any()):
         k = policy.draft_depth(int(active.sum()), depth_cap)
+        if reads_states and not bool(seen[active].all()):
+            k = 0
         started = time.perf_counter()
         if k:
             draft = drafter.propose(pending, active, settings, rng.uniform(k))
@@ -175,8 +186,10 @@ def generate(
         drafted, q = drafted[:, :width], q[:, :width]
         before = cache.lengths.clone()
         lengths = torch.where(active, 1 + n_verified, 0)
-        logits = model(torch.cat((pending.view(-1, 1), drafted), dim=1).to(model.device), cache=cache, lengths=lengths)
-        p = warp(logits, settings)
+        hidden = model.hidden_states(
+            torch.cat((pending.view(-1, 1), drafted), dim=1).to(model.device), cache=cache, lengths=lengths
+        )
+        p = warp(model.lm_head(hidden), settings)
         verdict = accept_block(p, q.to(p.dtype), drafted, n_verified, rng.uniform(1)[:, 0])
         stats.verify_seconds += time.perf_counter() - verify_started
 
@@ -185,6 +198,9 @@ def generate(
         committed = torch.cat((pending.view(-1, 1), drafted), dim=1)
         if drafter is not None:
             drafter.commit(committed, torch.where(active, 1 + n_accepted, 0))
+            if reads_states:
+                drafter.observe(_at(hidden, n_accepted), active)
+                seen |= active
         _count(stats, active, n_verified, n_accepted, verdict.bonus, width)
         emitted = torch.cat((drafted, drafted.new_zeros(batch, 1)), dim=1)
         emitted = emitted.scatter(1, n_accepted.view(-1, 1), verdict.next_token.view(-1, 1))
@@ -207,16 +223,30 @@ def _as_batch(prompt_ids: Sequence[int] | Sequence[Sequence[int]]) -> list[list[
     return prompts
 
 
-def _prefill(model: Model, cache: LatentCache, prompts: list[list[int]], stats: GenerationStats) -> torch.Tensor:
-    """Read every prompt but its last token into the cache; return the last tokens `[B]` (pending)."""
+def _prefill(
+    model: Model, cache: LatentCache, prompts: list[list[int]], stats: GenerationStats
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Read every prompt but its last token into the cache.
+
+    Returns the last tokens `[B]` (pending), the hidden state `[B, D]` at each prompt's
+    second-to-last position, and `[B]` which rows have one (prompts of two or more tokens).
+    """
     lengths = torch.tensor([len(p) - 1 for p in prompts])
+    hidden = torch.zeros(len(prompts), model.config.hidden_size, dtype=model.dtype, device=model.device)
     if int(lengths.max()) > 0:
         tokens = torch.zeros(len(prompts), int(lengths.max()), dtype=torch.int64)
         for row, prompt in enumerate(prompts):
             tokens[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
-        model(tokens.to(model.device), cache=cache, lengths=lengths)
+        states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths)
+        hidden = _at(states, (lengths - 1).clamp(min=0))
         stats.target_passes += 1
-    return torch.tensor([p[-1] for p in prompts])
+    return torch.tensor([p[-1] for p in prompts]), hidden, lengths > 0
+
+
+def _at(states: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """`states [B, T, D]` -> `[B, D]`: row b's state at column `index[b]`."""
+    index = index.to(states.device).view(-1, 1, 1).expand(-1, 1, states.shape[-1])
+    return states.gather(1, index)[:, 0]
 
 
 def _continue(cache: LatentCache, prompts: list[list[int]], max_len: int) -> torch.Tensor:

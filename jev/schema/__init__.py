@@ -15,7 +15,7 @@ from jev.schema.errors import (
     TaskLoadError,
     UnsupportedSchemaError,
 )
-from jev.schema.fields import MAX_INT_VALUES, SUPPORTED_TYPES, FieldKind, FieldSpec
+from jev.schema.fields import MAX_INT_VALUES, SUPPORTED_TYPES, FieldKind, FieldSpec, MaxTokens
 from jev.schema.policy import FieldOutcome, FieldPolicy
 from jev.schema.render import render_input
 from jev.schema.result import Decided, Usage
@@ -35,6 +35,7 @@ __all__ = [
     "InvalidDecisionError",
     "InvalidInputError",
     "JevError",
+    "MaxTokens",
     "Problem",
     "ProblemsError",
     "SchemaMismatchError",

@@ -21,11 +21,29 @@ CLOSED_KINDS: frozenset[str] = frozenset({"categorical", "bool", "int", "multila
 
 MAX_INT_VALUES = 101
 
+DEFAULT_TEXT_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class MaxTokens:
+    """How many tokens a text field may be generated with: `subject: Annotated[str, MaxTokens(24)]`.
+
+    A text field without it gets DEFAULT_TEXT_TOKENS. The limit bounds the cache a decision
+    reserves and the work a request can ask for.
+    """
+
+    tokens: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tokens, int) or isinstance(self.tokens, bool) or self.tokens < 1:
+            raise ValueError(f"MaxTokens needs a positive int, got {self.tokens!r}")
+
 SUPPORTED_TYPES = (
     "supported field types: Literal[...] of str/int/bool values; an Enum with str/int values; bool; "
     f"int with ge/le (or gt/lt) bounds spanning at most {MAX_INT_VALUES} values; "
     "set/frozenset/list of a Literal or an Enum (multi-label); Optional[...] of any of these "
-    "except multi-label (use an empty set for 'no label'); a nested pydantic model; str (a text field)"
+    "except multi-label (use an empty set for 'no label'); a nested pydantic model; "
+    "str (a text field, generated; Annotated[str, MaxTokens(n)] bounds its length)"
 )
 
 _MULTILABEL_CONTAINERS = (set, frozenset, list)
@@ -42,13 +60,14 @@ class FieldSpec:
     `values` (wire values) decide the layout and hash; `choices`, `container` and `input_keys`
     only say how to rebuild the user's python objects, so they stay out of equality.
     Nullable single-choice fields have `None` as their last value. Multi-label fields list their
-    labels in `values` and are never nullable. Text fields have no values.
+    labels in `values` and are never nullable. Text fields have no values and a token limit.
     """
 
     name: str
     kind: FieldKind
     values: tuple[Any, ...]
     nullable: bool
+    max_tokens: int = 0
     choices: tuple[Any, ...] = field(default=(), compare=False, repr=False)
     container: type | None = field(default=None, compare=False, repr=False)
     input_keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
@@ -80,8 +99,12 @@ class FieldSpec:
         return self.choices[self.index(value)]
 
     def layout(self) -> dict[str, Any]:
-        """The JSON-able part that defines the heads: name, kind, values, nullable."""
-        return {"name": self.name, "kind": self.kind, "values": list(self.values), "nullable": self.nullable}
+        """The JSON-able part that defines the heads and the answer text: name, kind, values, nullable
+        (and a text field's token limit)."""
+        layout = {"name": self.name, "kind": self.kind, "values": list(self.values), "nullable": self.nullable}
+        if self.kind == "text":
+            layout["max_tokens"] = self.max_tokens
+        return layout
 
 
 def to_wire(value: Any) -> Any:
@@ -121,7 +144,13 @@ def field_spec(
     if nullable and kind != "text":
         choices = (*choices, None)
     values = tuple(to_wire(c) for c in choices)
-    return FieldSpec(name, kind, values, nullable, choices, container, input_keys)
+    max_tokens = _max_tokens(metadata) if kind == "text" else 0
+    return FieldSpec(name, kind, values, nullable, max_tokens, choices, container, input_keys)
+
+
+def _max_tokens(metadata: list[Any]) -> int:
+    limits = [item.tokens for item in metadata if isinstance(item, MaxTokens)]
+    return limits[-1] if limits else DEFAULT_TEXT_TOKENS
 
 
 def type_name(tp: Any) -> str:

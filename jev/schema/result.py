@@ -14,12 +14,16 @@ DecisionT = TypeVar("DecisionT", bound=BaseModel)
 
 
 class Usage(BaseModel):
-    """What one decision cost: tokens read, forward passes run, time queued and computing."""
+    """What one decision cost: tokens read, sequential forward passes its batch ran, time queued and
+    computing; for text fields, the tokens it generated and the tokens per target pass of that
+    generation (speculative decoding makes this exceed 1)."""
 
     model_config = ConfigDict(frozen=True)
 
     input_tokens: int = Field(ge=0)
     forward_passes: int = Field(ge=0)
+    generated_tokens: int = Field(default=0, ge=0)
+    accepted_length: float = Field(default=0.0, ge=0)
     queue_ms: float = Field(default=0.0, ge=0)
     compute_ms: float = Field(default=0.0, ge=0)
 

@@ -62,16 +62,6 @@ class DecisionSpec:
         """sha256 hex of the canonical JSON of `layout()`."""
         return layout_hash(self.layout())
 
-    def require_closed_only(self) -> None:
-        """Refuse a schema with text fields where only the one-pass decision path exists."""
-        if self.text_fields:
-            raise UnsupportedSchemaError(
-                f"{self.model.__name__} has free-text fields, which need the generation path "
-                "(speculative decoding); it is not available yet:",
-                [{"loc": f.name, "msg": "str field (text)"} for f in self.text_fields],
-                "decide only closed fields (Literal, Enum, bool, bounded int, multi-label) for now",
-            )
-
     def build(self, values: Mapping[str, Any]) -> BaseModel:
         """An instance of the decision model from dotted names -> values, validated by pydantic.
 
@@ -95,22 +85,30 @@ class DecisionSpec:
             raise InvalidDecisionError(f"cannot build {self.model.__name__}:", problems)
         return self._validate(nested)
 
+    def values_of(self, decision: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+        """Every field's python value by dotted name; a mapping is validated by the decision model first."""
+        instance = decision if isinstance(decision, self.model) else self._validate(decision)
+        values = {}
+        for f in self.fields:
+            value: Any = instance
+            for attribute in f.path:
+                value = getattr(value, attribute)
+            values[f.name] = value
+        return values
+
     def encode_label(self, label: BaseModel | Mapping[str, Any]) -> dict[str, int | list[int]]:
         """Training targets for every closed field: the value's index, or 0/1 per label for multi-label.
 
         A mapping is validated by the decision model first (nested form, as in the data files).
         """
-        instance = label if isinstance(label, self.model) else self._validate(label)
+        values = self.values_of(label)
         targets: dict[str, int | list[int]] = {}
         for f in self.closed_fields:
-            value: Any = instance
-            for attribute in f.path:
-                value = getattr(value, attribute)
             if f.kind == "multilabel":
-                chosen = {f.index(v) for v in value}
+                chosen = {f.index(v) for v in values[f.name]}
                 targets[f.name] = [int(i in chosen) for i in range(f.n_values)]
             else:
-                targets[f.name] = f.index(value)
+                targets[f.name] = f.index(values[f.name])
         return targets
 
     def _validate(self, data: Any) -> BaseModel:

@@ -20,8 +20,6 @@ class Engine:
     """A loaded decider plus the ids that name what it serves."""
 
     def __init__(self, decider: Decider, name: str = "in-memory") -> None:
-        for task in decider.tasks.values():
-            task.spec.require_closed_only()
         self.decider = decider
         self.name = name
         self.model_id = decider.model_id

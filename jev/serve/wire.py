@@ -36,10 +36,14 @@ class Problem(msgspec.Struct, omit_defaults=True):
 
 
 class UsageWire(msgspec.Struct):
+    """`generated_tokens` and `accepted_length` (tokens per target pass) describe text-field generation."""
+
     input_tokens: int
     forward_passes: int
     queue_ms: float
     compute_ms: float
+    generated_tokens: int = 0
+    accepted_length: float = 0.0
 
 
 class OutcomeWire(msgspec.Struct):
@@ -61,13 +65,17 @@ class ModelInfo(msgspec.Struct):
     calibration: dict[str, Any] | None
     schema_hash: str
     truncated_input: bool
+    truncated_texts: list[str] = []
 
 
-class FieldInfo(msgspec.Struct):
+class FieldInfo(msgspec.Struct, omit_defaults=True):
+    """A decision field; text fields have no values and a token limit."""
+
     name: str
     kind: str
     values: list[Any]
     nullable: bool
+    max_tokens: int = 0
 
 
 class TaskSummary(msgspec.Struct):
@@ -173,11 +181,15 @@ class TaskWire:
             value=msgspec.convert(decided.value.model_dump(mode="json", by_alias=True), self.decision),
             probs={name: {probability_key(v): p for v, p in table.items()} for name, table in decided.probs.items()},
             outcomes={name: OutcomeWire(**o.model_dump()) for name, o in decided.outcomes.items()},
-            usage=UsageWire(usage.input_tokens, usage.forward_passes, queue_ms, usage.compute_ms),
+            usage=UsageWire(
+                usage.input_tokens, usage.forward_passes, queue_ms, usage.compute_ms, usage.generated_tokens,
+                usage.accepted_length,
+            ),
             model=ModelInfo(
                 task=self.task.name, schema_hash=self.task.spec.hash,
                 calibrated=bool(decided.model.get("calibrated", False)), calibration=decided.model.get("calibration"),
-                truncated_input=bool(decided.model.get("truncated_input", False)), **ids,
+                truncated_input=bool(decided.model.get("truncated_input", False)),
+                truncated_texts=list(decided.model.get("truncated_texts", [])), **ids,
             ),
         )
 
@@ -191,7 +203,7 @@ class TaskWire:
             layout=spec.layout(),
             input_schema=self.task.input_model.model_json_schema(),
             decision_schema=self.task.decision_model.model_json_schema(),
-            fields=[FieldInfo(f.name, f.kind, list(f.values), f.nullable) for f in spec.closed_fields],
+            fields=[FieldInfo(f.name, f.kind, list(f.values), f.nullable, f.max_tokens) for f in spec.fields],
             max_input_tokens=max_input_tokens,
             truncate=self.task.truncate,
             policies={name: p.model_dump(exclude_none=True) for name, p in self.task.policies.items()},

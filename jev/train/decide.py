@@ -3,7 +3,11 @@
 A plain loop: length-bucketed batches of one task at a time, summed per-field losses (cross-entropy
 for single-choice fields, binary cross-entropy per label for multi-label ones) plus the DSA
 indexer's warm-up loss, AdamW with warm-up and cosine decay, a validation pass after every epoch,
-and the epoch with the lowest validation loss kept.
+and the epoch with the lowest validation loss of the heads kept.
+
+With `answer_weight > 0` the language model also learns to write each row's answer as JSON after
+its input (`jev.schema.answer`; text fields included), so the checkpoint can answer by generating
+too and can write its text fields. That loss is added with this weight and reported per epoch.
 """
 
 import copy
@@ -18,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from jev.engine.bundle import load_tokenizer
+from jev.engine.answer import AnswerTokens
+from jev.engine.bundle import HEADS_FILE, Manifest, head_layouts, load_heads, load_tokenizer
 from jev.engine.decider import Decider
 from jev.engine.decision import DecisionModel
 from jev.model import Model
@@ -51,6 +56,7 @@ class DecideSettings:
     weight_decay: float = 0.01
     max_input_tokens: int = 256
     indexer_weight: float = 1.0
+    answer_weight: float = 0.0
     seed: int = 0
     skip_invalid: bool = False
 
@@ -59,7 +65,8 @@ class DecideSettings:
         return {
             "base": str(self.base), "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
             "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
-            "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight, "seed": self.seed,
+            "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight,
+            "answer_weight": self.answer_weight, "seed": self.seed,
             "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid)}
                       for d in self.tasks},
         }
@@ -97,14 +104,24 @@ def batches(examples: list[Example], batch_size: int, rng: random.Random) -> lis
     return grouped
 
 
+def answers_of(batch: list[Example]) -> list[list[int]] | None:
+    """The batch's answer tokens, or None when the run does not train on answers."""
+    return [e.answer_ids for e in batch] if batch[0].answer_ids else None
+
+
 def evaluate(model: DecisionModel, task: Task, examples: list[Example], batch_size: int) -> dict[str, float]:
-    """Validation loss and per-field accuracy with inference-time (sparse) attention."""
+    """Validation loss and per-field accuracy with inference-time (sparse) attention, and the answer
+    loss (dense, per token) when the examples carry answers."""
     model.eval()
     loss, correct, count = 0.0, dict.fromkeys((f.name for f in task.spec.closed_fields), 0), 0
+    answer_loss = 0.0
     with torch.no_grad():
         for start in range(0, len(examples), batch_size):
             batch = examples[start : start + batch_size]
-            logits, _ = model(task.name, [e.token_ids for e in batch])
+            logits = model(task.name, [e.token_ids for e in batch]).logits
+            answers = answers_of(batch)
+            if answers is not None:
+                answer_loss += float(model.answer_loss([e.token_ids for e in batch], answers)[0]) * len(batch)
             loss += float(field_losses(task, logits, batch)) * len(batch)
             for spec, field_logits in zip(task.spec.closed_fields, logits, strict=True):
                 target = torch.tensor([e.label[spec.name] for e in batch])
@@ -113,7 +130,10 @@ def evaluate(model: DecisionModel, task: Task, examples: list[Example], batch_si
                 correct[spec.name] += int(matches.sum())
             count += len(batch)
     model.train()
-    return {"loss": loss / count, **{f"accuracy.{name}": hits / count for name, hits in correct.items()}}
+    scores = {"loss": loss / count, **{f"accuracy.{name}": hits / count for name, hits in correct.items()}}
+    if examples[0].answer_ids:
+        scores["answer_loss"] = answer_loss / count
+    return scores
 
 
 def train_decisions(settings: DecideSettings) -> Path:
@@ -137,14 +157,18 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     model = Model.from_pretrained(settings.base).train()
     tasks = {data.reference: data.task for data in settings.tasks}
     decider = Decider.new(model, load_tokenizer(settings.base), tasks, settings.max_input_tokens)
+    continued = _continue_heads(decider, settings.base)
+    if continued and ddp.is_main:
+        print(f"continuing the heads of {sorted(continued)} from {settings.base}")
 
     def encode(task: Task, data: dict) -> list[int]:
         return decider.encode(task, data).token_ids
 
     splits = {}
     for data in settings.tasks:
-        train, skipped = read_examples(data.train, data.task, encode, settings.skip_invalid)
-        valid, skipped_valid = read_examples(data.valid, data.task, encode, settings.skip_invalid)
+        answer = AnswerTokens(data.task.spec, decider.tokenizer).encode if settings.answer_weight > 0 else None
+        train, skipped = read_examples(data.train, data.task, encode, settings.skip_invalid, answer)
+        valid, skipped_valid = read_examples(data.valid, data.task, encode, settings.skip_invalid, answer)
         splits[data.task.name] = TaskSplits(train, valid, skipped + skipped_valid)
         if ddp.is_main:
             for line in skipped + skipped_valid:
@@ -167,9 +191,11 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, settings.lr, settings.warmup_steps, total)
             shard = batch[ddp.rank :: ddp.world_size] or batch
-            logits, indexer_loss = trainer(name, [e.token_ids for e in shard], training=True)
-            task_loss = field_losses(by_name[name], logits, shard)
-            loss = task_loss + settings.indexer_weight * indexer_loss
+            outputs = trainer(name, [e.token_ids for e in shard], training=True, answers=answers_of(shard))
+            task_loss = field_losses(by_name[name], outputs.logits, shard)
+            loss = task_loss + settings.indexer_weight * outputs.indexer_loss
+            if outputs.answer_loss is not None:
+                loss = loss + settings.answer_weight * outputs.answer_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
@@ -177,7 +203,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
             step += 1
             tokens += sum(len(e.token_ids) for e in shard) * ddp.world_size
             elapsed = time.perf_counter() - started
-            progress.set_postfix(task=name, loss=f"{task_loss.item():.3f}", idx=f"{indexer_loss.item():.3f}",
+            progress.set_postfix(task=name, loss=f"{task_loss.item():.3f}", idx=f"{outputs.indexer_loss.item():.3f}",
                                  tok_s=f"{tokens / elapsed:.0f}")
             progress.update()
         scores = {name: evaluate(network, by_name[name], s.valid, settings.batch_size) for name, s in splits.items()}
@@ -203,8 +229,36 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     return decider
 
 
+def _continue_heads(decider: Decider, base: Path) -> list[str]:
+    """Start each task's heads from the base's when the base is a decider with the same closed fields.
+
+    Text fields have no heads, so a task that only gained a text field keeps its trained heads.
+    """
+    if not (base / HEADS_FILE).exists():
+        return []
+    manifest = Manifest.read(base)
+    layouts = {
+        name: head_layouts(task.spec)
+        for name, task in decider.tasks.items()
+        if name in manifest.tasks and _closed_layout(manifest.tasks[name].layout) == _closed_layout(task.spec.layout())
+    }
+    if not layouts:
+        return []
+    hidden = decider.model.config.hidden_size
+    for name, heads in load_heads(base, layouts, hidden).items():
+        decider.decision_model.heads[name].load_state_dict(heads.state_dict())
+    return list(layouts)
+
+
+def _closed_layout(layout: dict) -> list[dict]:
+    return [f for f in layout["fields"] if f["kind"] != "text"]
+
+
 def _base_provenance(base: Path) -> dict:
-    """How the starting backbone was trained, when it says (`jev train lm` writes `train_lm.json`)."""
+    """How the starting backbone was trained, when it says: `jev train lm` writes `train_lm.json`, a
+    decider's `jev.json` holds its own training record."""
     record = base / LM_PROVENANCE_FILE
-    return json.loads(record.read_text()) if record.exists() else {}
+    if record.exists():
+        return json.loads(record.read_text())
+    return Manifest.read(base).training if (base / HEADS_FILE).exists() else {}
 

@@ -1,4 +1,6 @@
-"""`jev train drafter`: distil a small autoregressive drafter from the target on text.
+"""`jev train drafter`: distil a drafter from the target on text (`--kind autoregressive`, the default, or `dspark`).
+
+This module trains the autoregressive kind; `jev.train.dspark` trains the DSpark kind.
 
 The drafter is a `jev.model.Model` with a small `ModelConfig` (1-2 layers) and the target's
 tokenizer. Each step minimises KL(p_target || q_drafter) of the next-token distributions over a
@@ -6,7 +8,7 @@ batch of text blocks, plus the drafter's own DSA indexer warm-up loss. KL to the
 distribution, not cross-entropy on the text, because acceptance is `sum min(p, q)`: the drafter
 should match what the target would say, not what the corpus says. The output folder
 (`config.json`, `model.safetensors`, `tokenizer.json`, `drafter.json`) loads with
-`AutoregressiveDrafter.load`.
+`AutoregressiveDrafter.load` or `jev.engine.drafters.load_drafter`.
 """
 
 import argparse
@@ -19,9 +21,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from jev.engine.drafters.dspark import DSparkConfig
 from jev.model import Model, ModelConfig
 from jev.train.blocks import TokenBlocks
 from jev.train.corpus import TextSource, describe_source, read_documents
+from jev.train.dspark import DSparkSettings, distill_dspark
 from jev.train.lm import init_weights
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.provenance import git_commit
@@ -128,6 +132,7 @@ def distill(settings: DrafterSettings) -> Path:
 def _provenance(settings: DrafterSettings, losses: list[float], acceptance: float, started: float) -> dict[str, Any]:
     recent = losses[-10:]
     return {
+        "kind": "autoregressive",
         "target": str(settings.target),
         "texts": describe_source(settings.texts),
         "config": settings.config.to_dict(),
@@ -146,12 +151,29 @@ def _provenance(settings: DrafterSettings, losses: list[float], acceptance: floa
 
 def add_drafter_command(train_subparsers: argparse._SubParsersAction) -> None:
     """Register `drafter`; its handler is stored as `args.func` and returns an exit code."""
-    parser = train_subparsers.add_parser("drafter", help="distil a small autoregressive drafter from a target model")
+    parser = train_subparsers.add_parser(
+        "drafter", help="distil a drafter (a small autoregressive LM, or DSpark's block drafter) from a target model"
+    )
+    parser.add_argument(
+        "--kind", choices=("autoregressive", "dspark"), default="autoregressive", help="the drafter to train"
+    )
     parser.add_argument("--target", type=Path, required=True, help="the target model folder (with tokenizer.json)")
     parser.add_argument("--corpus", type=Path, nargs="+", required=True, help=".txt / .jsonl files or folders")
     parser.add_argument("--out", type=Path, required=True, help="drafter folder to write, e.g. models/default/drafter")
-    parser.add_argument("--layers", type=int, default=1, help="drafter layers (1-2)")
-    parser.add_argument("--hidden-size", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=1, help="drafter layers (1-2; dspark: block predictor layers)")
+    parser.add_argument("--hidden-size", type=int, default=128, help="drafter width")
+    dspark = DSparkSettings(target=Path(), texts=[], out=Path(), config=DSparkConfig(hidden_size=1, vocab_size=1))
+    parser.add_argument(
+        "--positions",
+        type=int,
+        default=dspark.config.positions,
+        help="(dspark) tokens one drafter pass proposes: the largest draft length it serves",
+    )
+    parser.add_argument("--markov-rank", type=int, default=dspark.config.markov_rank, help="(dspark) Markov head rank")
+    parser.add_argument("--no-markov", action="store_true", help="(dspark) no Markov head: the parallel-only ablation")
+    parser.add_argument(
+        "--anchors", type=int, default=dspark.anchors, help="(dspark) drafted blocks trained per text block and step"
+    )
     defaults = DrafterSettings(target=Path(), texts=[], out=Path(), config=ModelConfig())
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
@@ -163,6 +185,8 @@ def add_drafter_command(train_subparsers: argparse._SubParsersAction) -> None:
 
 def _run_drafter(args: argparse.Namespace) -> int:
     target_config = ModelConfig.load(args.target)
+    if args.kind == "dspark":
+        return _run_dspark(args, target_config)
     settings = DrafterSettings(
         target=args.target,
         texts=args.corpus,
@@ -175,4 +199,29 @@ def _run_drafter(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     print(f"wrote the drafter to {distill(settings)}")
+    return 0
+
+
+def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
+    config = DSparkConfig.for_target(
+        target_config,
+        width=args.hidden_size,
+        layers=args.layers,
+        heads=max(1, args.hidden_size // 32),
+        positions=args.positions,
+        markov_rank=0 if args.no_markov else args.markov_rank,
+    )
+    settings = DSparkSettings(
+        target=args.target,
+        texts=args.corpus,
+        out=args.out,
+        config=config,
+        block_size=args.block_size,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        lr=args.lr,
+        seed=args.seed,
+        anchors=args.anchors,
+    )
+    print(f"wrote the DSpark drafter to {distill_dspark(settings)}")
     return 0

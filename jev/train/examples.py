@@ -3,11 +3,14 @@
 Every row goes through the same validation, rendering and tokenisation as a served request
 (`Decider.encode`), so training sees exactly what serving will. Bad rows are reported with their
 line numbers; they fail the run unless the caller chose to skip them.
+
+A text field's target is `label[name]`, or the row's own top-level `name` when the label lacks it
+(the mail data keeps the real subject line beside the label); a null or missing one is "".
 """
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jev.schema import JevError, ProblemsError, Task
@@ -29,10 +32,12 @@ class InvalidRowsError(JevError):
 
 @dataclass(frozen=True)
 class Example:
-    """One training row: its token ids and the index (or 0/1 per label) of each closed field's answer."""
+    """One training row: its token ids, the index (or 0/1 per label) of each closed field's answer, and
+    the answer written as tokens (empty unless the run trains the language model on it)."""
 
     token_ids: list[int]
     label: dict[str, int | list[int]]
+    answer_ids: list[int] = field(default_factory=list)
 
 
 def read_examples(
@@ -40,15 +45,19 @@ def read_examples(
     task: Task,
     encode: Callable[[Task, dict], list[int]],
     skip_invalid: bool = False,
+    answer: Callable[[Mapping[str, object]], list[int]] | None = None,
 ) -> tuple[list[Example], list[str]]:
-    """All valid rows of `path`, and a description of each invalid row that was skipped."""
+    """All valid rows of `path`, and a description of each invalid row that was skipped.
+
+    `answer`, when given, turns a row's field values (dotted names) into its answer tokens.
+    """
     examples, problems = [], []
     with open(path, encoding="utf-8") as file:
         for number, line in enumerate(file, start=1):
             if not line.strip():
                 continue
             try:
-                examples.append(_example(json.loads(line), task, encode))
+                examples.append(_example(json.loads(line), task, encode, answer))
             except json.JSONDecodeError as exc:
                 problems.append(f"{path}:{number}: not JSON: {exc.msg}")
             except ProblemsError as exc:
@@ -63,8 +72,20 @@ def read_examples(
     return examples, problems
 
 
-def _example(row: object, task: Task, encode: Callable[[Task, dict], list[int]]) -> Example:
+def _example(
+    row: object,
+    task: Task,
+    encode: Callable[[Task, dict], list[int]],
+    answer: Callable[[Mapping[str, object]], list[int]] | None,
+) -> Example:
     if not isinstance(row, dict) or "input" not in row or "label" not in row:
         raise ValueError('a row is an object with "input" and "label" keys')
-    label = task.spec.encode_label(row["label"])
-    return Example(encode(task, row["input"]), {f.name: label[f.name] for f in task.spec.closed_fields})
+    label = row["label"]
+    if isinstance(label, dict):
+        label = dict(label)
+        for spec in task.spec.text_fields:
+            key = spec.input_keys[0]
+            if key not in label:
+                label[key] = row.get(key) or ""
+    targets = task.spec.encode_label(label)
+    return Example(encode(task, row["input"]), targets, answer(task.spec.values_of(label)) if answer else [])

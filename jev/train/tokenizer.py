@@ -3,14 +3,20 @@
 Byte-level means every string, in any script, encodes without an unknown token and decodes back
 to exactly itself. No normalizer runs (it would change the text) and no post-processor adds
 tokens: Jev places `<bos>` itself, so encoding a text gives only that text's tokens.
+
+Beside it goes a small `tokenizer_config.json` naming the special tokens, so that transformers'
+`AutoTokenizer` (and tools built on it, such as Outlines) knows `<bos>`, `<eos>` and `<pad>`;
+Jev itself reads only `tokenizer.json`.
 """
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 TOKENIZER_FILE = "tokenizer.json"
+TRANSFORMERS_CONFIG_FILE = "tokenizer_config.json"
 # Fixed ids shared with `ModelConfig` (bos_token_id=0, eos_token_id=1): the trainer assigns
 # special tokens the first ids in this order.
 SPECIAL_TOKENS = ("<bos>", "<eos>", "<pad>")
@@ -58,10 +64,23 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 
 
 def save_tokenizer(tokenizer: Tokenizer, folder: str | Path) -> Path:
-    """Write `folder/tokenizer.json` and return its path."""
+    """Write `folder/tokenizer.json` and its transformers config; return the tokenizer's path."""
     file = Path(folder) / TOKENIZER_FILE
     file.parent.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(file))
+    save_transformers_config(file.parent)
+    return file
+
+
+def save_transformers_config(folder: str | Path) -> Path:
+    """Write `folder/tokenizer_config.json`: without it `AutoTokenizer` loads no bos, eos or pad token.
+
+    It adds no tokens when encoding (the tokenizer has no post-processor), like Jev.
+    """
+    bos, eos, pad = SPECIAL_TOKENS
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos, "pad_token": pad}
+    file = Path(folder) / TRANSFORMERS_CONFIG_FILE
+    file.write_text(json.dumps(config, indent=2) + "\n")
     return file
 
 

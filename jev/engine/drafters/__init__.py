@@ -2,15 +2,28 @@
 
 A drafter keeps its own state per sequence (for an autoregressive drafter, its own latent cache)
 and follows the target: `start` with the prompts, then each round `propose` k tokens from the
-pending token, and `commit` what the target actually accepted so it can roll back the rest.
+pending token, and `commit` what the target actually accepted so it can roll back the rest. A
+drafter that reads the target's hidden states (DSpark) also gets `observe`d after the prefill and
+after every verify pass.
+
+A drafter folder says its kind in `drafter.json` ("autoregressive" when absent); `load_drafter`
+reads it and returns the right drafter, so callers need not know which kind they load.
 """
 
+import json
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
 from jev.engine.accept import SamplingSettings
+
+if TYPE_CHECKING:
+    from jev.model import Model
+
+DRAFTER_FILE = "drafter.json"
+KINDS = ("autoregressive", "dspark")
 
 
 @dataclass(frozen=True)
@@ -45,3 +58,41 @@ class Drafter(Protocol):
 
     def commit(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
         """The target committed `tokens[b, :counts[b]]` (the pending token, then the accepted drafts)."""
+
+
+@runtime_checkable
+class ReadsTargetStates(Drafter, Protocol):
+    """A drafter that drafts from the target's hidden state; `generate` never lets it draft for a
+    sequence it has not yet been shown a state for (such a round is a plain decoding step)."""
+
+    def observe(self, hidden: torch.Tensor, rows: torch.Tensor) -> None:
+        """`hidden [B, D]`: the target's final hidden state at each sequence's last committed position
+        (the one before the pending token), for the sequences where `rows [B]` is true."""
+
+
+def drafter_kind(path: str | Path) -> str:
+    """The kind a drafter folder declares in `drafter.json`; "autoregressive" when it says none."""
+    marker = Path(path) / DRAFTER_FILE
+    kind = json.loads(marker.read_text()).get("kind", "autoregressive") if marker.is_file() else "autoregressive"
+    if kind not in KINDS:
+        raise ValueError(f"{path}: unknown drafter kind {kind!r} (known: {', '.join(KINDS)})")
+    return kind
+
+
+def load_drafter(path: str | Path, target: "Model") -> Drafter:
+    """The drafter in folder `path`, in the target's dtype, checked against the target's vocabulary."""
+    # The kinds' modules import `Draft` from here, so they are imported on use, not at the top.
+    if drafter_kind(path) == "dspark":
+        from jev.engine.drafters.dspark import DSparkDrafter
+
+        return DSparkDrafter.load(path, target)
+    from jev.engine.drafters.autoregressive import AutoregressiveDrafter
+
+    drafter = AutoregressiveDrafter.load(path, dtype=target.dtype)
+    drafter.model.to(target.device)
+    if drafter.model.config.vocab_size != target.config.vocab_size:
+        raise ValueError(
+            f"{path}: the drafter's vocabulary ({drafter.model.config.vocab_size}) is not the target's "
+            f"({target.config.vocab_size})"
+        )
+    return drafter

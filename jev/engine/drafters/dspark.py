@@ -1,0 +1,249 @@
+"""`DSparkDrafter`: a semi-autoregressive drafter that reads the target's hidden state (DSpark, DeepSeek 2026).
+
+One parallel pass turns the target's final hidden state at the last committed position and the
+pending token's embedding into K position-specific states, decoded through the target's own frozen
+lm_head. A low-rank Markov head then adds `U[x_{j-1}] @ V` to position j's logits, so the only
+sequential part of drafting is a loop over K vocabulary-sized vectors, not K network passes. A
+confidence head estimates each position's acceptance from what exists before x_j is drawn (its
+state, x_{j-1} and q_j); the survival estimate is the running product, passed through an isotonic
+map fitted on held-out acceptance outcomes. The map is monotone, so survival stays non-increasing.
+
+The drafter keeps no cache: all it reads is the target's state, which `generate` hands over with
+`observe` after the prefill and after every verify pass. Its folder: `drafter.json` (kind "dspark"
+and the training provenance), `dspark.json` (architecture and calibration numbers) and
+`dspark.safetensors` (its own weights only; the embedding and lm_head stay the target's).
+"""
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from jev.calibration.calibrators import IsotonicCalibration
+from jev.engine.accept import SamplingSettings, sample_from, warp
+from jev.engine.drafters import DRAFTER_FILE, Draft
+from jev.model import Model, ModelConfig
+from jev.model.mlp import MLP
+from jev.model.norm import RMSNorm
+
+CONFIG_FILE = "dspark.json"
+WEIGHTS_FILE = "dspark.safetensors"
+
+
+@dataclass(frozen=True)
+class DSparkConfig:
+    """The drafter's shape. `hidden_size` and `vocab_size` are the target's; `positions` is the most
+    tokens one pass drafts (the largest `draft_len` it serves); `markov_rank` 0 means no Markov head."""
+
+    hidden_size: int
+    vocab_size: int
+    width: int = 128
+    layers: int = 1
+    heads: int = 4
+    positions: int = 7
+    markov_rank: int = 32
+    rms_norm_eps: float = 1e-6
+
+    @classmethod
+    def for_target(cls, target: ModelConfig, **shape: Any) -> "DSparkConfig":
+        """A drafter for `target`: its hidden size, vocabulary and norm epsilon, and `shape` (width, ...)."""
+        eps = target.rms_norm_eps
+        return cls(hidden_size=target.hidden_size, vocab_size=target.vocab_size, rms_norm_eps=eps, **shape)
+
+    def __post_init__(self) -> None:
+        if self.width % self.heads:
+            raise ValueError(f"width ({self.width}) must be a multiple of heads ({self.heads})")
+        if min(self.width, self.layers, self.positions) < 1 or self.markov_rank < 0:
+            raise ValueError(f"width, layers and positions must be positive and markov_rank >= 0: {self}")
+
+
+class BlockLayer(nn.Module):
+    """Pre-norm attention among the K draft positions (no mask: none of them has seen a drafted
+    token), then a SwiGLU MLP."""
+
+    def __init__(self, width: int, heads: int, eps: float) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(width, eps)
+        self.attn = nn.MultiheadAttention(width, heads, bias=False, batch_first=True)
+        self.mlp_norm = RMSNorm(width, eps)
+        self.mlp = MLP(width, 2 * width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = self.attn_norm(x)
+        x = x + self.attn(normed, normed, normed, need_weights=False)[0]
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class DSparkHead(nn.Module):
+    """The drafter's own weights: block predictor, output projection, Markov head, confidence head."""
+
+    def __init__(self, config: DSparkConfig) -> None:
+        super().__init__()
+        self.config = config
+        d, w, r = config.hidden_size, config.width, config.markov_rank
+        self.hidden_norm = RMSNorm(d, config.rms_norm_eps)
+        self.token_norm = RMSNorm(d, config.rms_norm_eps)
+        self.fuse = nn.Linear(2 * d, w, bias=False)
+        self.position = nn.Parameter(torch.zeros(config.positions, w))
+        self.layers = nn.ModuleList(BlockLayer(w, config.heads, config.rms_norm_eps) for _ in range(config.layers))
+        self.out = nn.Linear(w, d, bias=False)
+        self.out_norm = RMSNorm(d, config.rms_norm_eps)
+        if r:
+            self.markov_in = nn.Embedding(config.vocab_size, r)
+            self.markov_out = nn.Linear(r, config.vocab_size, bias=False)
+        self.confidence = nn.Sequential(nn.Linear(w + r + 2, w), nn.SiLU(), nn.Linear(w, 1))
+
+    @property
+    def markov(self) -> bool:
+        return self.config.markov_rank > 0
+
+    def block(self, hidden: torch.Tensor, token_embedding: torch.Tensor) -> torch.Tensor:
+        """`hidden [N, D]` (target state before the pending token), `token_embedding [N, D]` (the
+        pending token's) -> position states `[N, positions, width]`, all in one pass."""
+        fused = self.fuse(torch.cat((self.hidden_norm(hidden), self.token_norm(token_embedding)), dim=-1))
+        x = fused.unsqueeze(1) + self.position
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def decode(self, states: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        """Position states `[..., width]` -> the parallel stage's logits `[..., V]` through the target's head."""
+        return lm_head(self.out_norm(self.out(states)))
+
+    def logits(self, base: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+        """Add the Markov bias `U[previous] @ V` to `base [..., V]`; exactly `base` without a Markov head."""
+        return base + self.markov_out(self.markov_in(previous)) if self.markov else base
+
+    def acceptance_logit(self, states: torch.Tensor, previous: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """The confidence head: logit of P(x_j accepted | x_<j accepted) `[...]`.
+
+        It reads position j's state, x_{j-1} and q_j = softmax(logits_j) (its top probability and
+        entropy), all known before x_j is drawn. Its inputs are detached: calibration training
+        never moves the drafter itself.
+        """
+        log_q = F.log_softmax(logits.float(), dim=-1)
+        spread = torch.stack((log_q.amax(-1), -(log_q.exp() * log_q).sum(-1)), dim=-1).to(states.dtype)
+        parts = [states, self.markov_in(previous)] if self.markov else [states]
+        return self.confidence(torch.cat([*parts, spread], dim=-1).detach()).squeeze(-1)
+
+    def forward(
+        self, hidden: torch.Tensor, token_embedding: torch.Tensor, previous: torch.Tensor, lm_head: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced: `previous [N, K]` is the token before each position (the pending token,
+        then x_1..x_{K-1}) -> logits `[N, K, V]` and acceptance logits `[N, K]`."""
+        states = self.block(hidden, token_embedding)[:, : previous.shape[1]]
+        logits = self.logits(self.decode(states, lm_head), previous)
+        return logits, self.acceptance_logit(states, previous, logits)
+
+
+class DSparkDrafter:
+    """Drafts `K <= config.positions` tokens per round from the target's hidden state, in one pass."""
+
+    def __init__(self, head: DSparkHead, target: Model, calibration: IsotonicCalibration | None = None) -> None:
+        config = head.config
+        if (config.hidden_size, config.vocab_size) != (target.config.hidden_size, target.config.vocab_size):
+            raise ValueError(
+                f"the drafter reads hidden size {config.hidden_size} and vocabulary {config.vocab_size}; the target "
+                f"has {target.config.hidden_size} and {target.config.vocab_size}"
+            )
+        self.head = head.eval()
+        self.target = target
+        self.calibration = calibration
+        self.passes = 0
+        self._hidden = torch.zeros(0, config.hidden_size, dtype=target.dtype, device=target.device)
+
+    @property
+    def max_draft_len(self) -> int:
+        return self.head.config.positions
+
+    @classmethod
+    def load(cls, path: str | Path, target: Model) -> "DSparkDrafter":
+        """A folder written by `save`; the weights take the target's dtype and device."""
+        path = Path(path)
+        saved = json.loads((path / CONFIG_FILE).read_text())
+        head = DSparkHead(DSparkConfig(**saved["config"]))
+        head.load_state_dict(load_file(path / WEIGHTS_FILE))
+        calibration = saved.get("survival_calibration")
+        return cls(
+            head.to(target.device, target.dtype),
+            target,
+            IsotonicCalibration.from_dict(calibration) if calibration else None,
+        )
+
+    def save(self, path: str | Path, provenance: dict[str, Any] | None = None) -> Path:
+        """Write the folder: kind + provenance, architecture + calibration, and the head's weights."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {name: tensor.detach().contiguous().cpu() for name, tensor in self.head.state_dict().items()}
+        save_file(state, path / WEIGHTS_FILE)
+        saved = {
+            "config": asdict(self.head.config),
+            "survival_calibration": self.calibration.to_dict() if self.calibration else None,
+        }
+        (path / CONFIG_FILE).write_text(json.dumps(saved, indent=2) + "\n")
+        (path / DRAFTER_FILE).write_text(json.dumps({"kind": "dspark", **(provenance or {})}, indent=2) + "\n")
+        return path
+
+    def start(self, prompts: list[list[int]], max_len: int) -> None:
+        """Forget the previous batch; the target's state arrives with `observe`."""
+        self._hidden = torch.zeros(
+            len(prompts), self.head.config.hidden_size, dtype=self.target.dtype, device=self.target.device
+        )
+
+    def observe(self, hidden: torch.Tensor, rows: torch.Tensor) -> None:
+        """Keep `hidden [B, D]`, the target's state at the last committed position, for the `rows [B]` given."""
+        rows = rows.to(self._hidden.device).view(-1, 1)
+        self._hidden = torch.where(rows, hidden.to(self._hidden.device, self._hidden.dtype), self._hidden)
+
+    def propose(
+        self, pending: torch.Tensor, active: torch.Tensor, settings: SamplingSettings, uniforms: torch.Tensor
+    ) -> Draft:
+        """Draft from the last observed state of each sequence (a sequence never observed drafts from zeros)."""
+        return self.draft(self._hidden, pending, settings, uniforms)
+
+    def commit(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
+        """Nothing to roll back: the state after the commit arrives with the next `observe`."""
+
+    @torch.no_grad()
+    def draft(
+        self, hidden: torch.Tensor, pending: torch.Tensor, settings: SamplingSettings, uniforms: torch.Tensor
+    ) -> Draft:
+        """`K = uniforms.shape[1]` drafts after `pending [B]`, given the target state `hidden [B, D]` before it.
+
+        x_j is drawn with `sample_from(q_j, uniforms[:, j])`, q_j = warp(base_j + Markov(x_{j-1})) with
+        the request's settings; survival entry j is fixed before that draw.
+        """
+        k = uniforms.shape[1]
+        if not 1 <= k <= self.max_draft_len:
+            raise ValueError(f"this drafter drafts 1 to {self.max_draft_len} tokens per round, not {k}")
+        device = self.target.device
+        previous = pending.to(device)
+        states = self.head.block(hidden.to(device), self.target.embed(previous))[:, :k]
+        base = self.head.decode(states, self.target.lm_head)
+        self.passes += 1
+        tokens, probs, acceptance = [], [], []
+        for j in range(k):
+            logits = self.head.logits(base[:, j], previous)
+            acceptance.append(torch.sigmoid(self.head.acceptance_logit(states[:, j], previous, logits).double()))
+            q = warp(logits, settings)
+            previous = sample_from(q, uniforms[:, j].to(device))
+            tokens.append(previous)
+            probs.append(q)
+        survival = self.calibrated(torch.stack(acceptance, dim=1).cumprod(dim=1))
+        return Draft(
+            tokens=torch.stack(tokens, dim=1).to(pending.device), probs=torch.stack(probs, dim=1), survival=survival
+        )
+
+    def calibrated(self, raw: torch.Tensor) -> torch.Tensor:
+        """Raw survival `[B, K]` -> calibrated; the running minimum guards monotonicity against rounding."""
+        if self.calibration is None:
+            return raw
+        mapped = self.calibration.predict_proba(raw.detach().cpu().numpy().astype(np.float64).ravel())
+        mapped = torch.as_tensor(mapped, dtype=raw.dtype).view(raw.shape).to(raw.device)
+        return mapped.cummin(dim=1).values

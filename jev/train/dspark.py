@@ -1,0 +1,221 @@
+"""`jev train drafter --kind dspark`: distil a DSpark drafter on the target's outputs and calibrate it.
+
+Each step runs the frozen target over a batch of text blocks once and picks `anchors` positions i
+per block. From the target's hidden state at i - 1 and token t_i the drafter predicts positions
+i + 1 .. i + K; position j is trained towards the target's own distribution there by
+KL(p_target || q_drafter), with the text's t_{i+j-1} as the Markov head's previous token (teacher
+forcing, as the AR drafter reads the text). The confidence head learns, by binary cross-entropy,
+DSpark's label c* = sum_v min(p, q) = 1 - TV(p, q), the chance position j is accepted when the
+ones before it were.
+
+Calibration then drafts for real on held-out blocks (T = 1, the Markov head reading the drafted
+tokens), verifies each block with the target and records which prefixes the accept rule keeps.
+An isotonic map from raw survival (the running product of the head's estimates) to those
+outcomes is fitted on every other anchor and its ECE reported on the rest; it is stored with the
+drafter as plain numbers.
+"""
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from jev.calibration.calibrators import IsotonicCalibration
+from jev.calibration.metrics import equal_width_bins
+from jev.engine.accept import SamplingSettings, accept_ratio, warp
+from jev.engine.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
+from jev.model import Model
+from jev.train.blocks import TokenBlocks
+from jev.train.corpus import TextSource, describe_source, read_documents
+from jev.train.optim import build_optimizer, lr_at
+from jev.train.provenance import git_commit
+from jev.train.tokenizer import load_tokenizer, save_tokenizer
+
+
+@dataclass
+class DSparkSettings:
+    """One DSpark distillation run. `block_size` is the text block length, `anchors` the drafted
+    blocks trained per text block and step, `calibration_stride` the spacing of held-out anchors."""
+
+    target: Path
+    texts: TextSource
+    out: Path
+    config: DSparkConfig
+    block_size: int = 128
+    batch_size: int = 8
+    steps: int = 300
+    lr: float = 2e-3
+    warmup: int = 20
+    seed: int = 0
+    held_out_fraction: float = 0.05
+    anchors: int = 16
+    calibration_blocks: int = 64
+    calibration_stride: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "batch_size", "steps", "anchors", "calibration_blocks", "calibration_stride"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.block_size <= self.config.positions:
+            raise ValueError(
+                f"block_size ({self.block_size}) must exceed the positions drafted ({self.config.positions})"
+            )
+
+
+def init_head(head: DSparkHead, std: float = 0.02) -> None:
+    """N(0, std) projections and embeddings; the Markov head's output starts at zero, so training
+    starts from the parallel drafter and the bias grows only as far as it helps."""
+    for module in head.modules():
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+    nn.init.normal_(head.position, mean=0.0, std=std)
+    if head.markov:
+        nn.init.zeros_(head.markov_out.weight)
+
+
+def dspark_loss(
+    head: DSparkHead, target: Model, inputs: torch.Tensor, anchors: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """KL(p_target || q) and the confidence head's loss over random anchors of `inputs [B, T]`, and
+    the label c* `[positions]` (mean acceptance per drafted position, T = 1)."""
+    k = head.config.positions
+    with torch.no_grad():
+        hidden = target.hidden_states(inputs)
+        target_log = F.log_softmax(target.lm_head(hidden).float(), dim=-1)
+    batch, length = inputs.shape
+    starts = torch.randint(1, length - k + 1, (batch, anchors), generator=generator)
+    rows = torch.arange(batch).view(-1, 1)
+    offsets = starts.unsqueeze(-1) + torch.arange(k)
+    previous = inputs[rows.unsqueeze(-1), offsets].flatten(0, 1)
+    p_log = target_log[rows.unsqueeze(-1), offsets].flatten(0, 1)
+    logits, acceptance = head(
+        hidden[rows, starts - 1].flatten(0, 1), target.embed(previous[:, 0]), previous, target.lm_head
+    )
+    q_log = F.log_softmax(logits.float(), dim=-1)
+    kl = (p_log.exp() * (p_log - q_log)).sum(-1).mean()
+    label = torch.minimum(p_log.exp(), q_log.detach().exp()).sum(-1).clamp(0, 1)
+    confidence = F.binary_cross_entropy_with_logits(acceptance.float(), label)
+    return kl, confidence, label.mean(0)
+
+
+@torch.no_grad()
+def acceptance_outcomes(
+    drafter: DSparkDrafter, blocks: torch.Tensor, stride: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draft K tokens at every `stride`-th anchor of held-out `blocks [N, T]` at T = 1, verify with
+    the target and run the accept rule: raw survival `[A, N, K]` and accepted-prefix outcomes `[A, N, K]`."""
+    target, k = drafter.target, drafter.max_draft_len
+    blocks = blocks.long()
+    hidden = target.hidden_states(blocks)
+    settings = SamplingSettings.build(len(blocks))
+    raw, accepted = [], []
+    for i in range(1, blocks.shape[1], stride):
+        uniforms = torch.rand(len(blocks), 2 * k, generator=generator, dtype=torch.float64)
+        draft = drafter.draft(hidden[:, i - 1], blocks[:, i], settings, uniforms[:, :k])
+        p = warp(target(torch.cat((blocks[:, : i + 1], draft.tokens), dim=1))[:, i : i + k], settings)
+        drafted = draft.tokens.unsqueeze(-1)
+        ratio = accept_ratio(p.gather(-1, drafted), draft.probs.gather(-1, drafted)).squeeze(-1)
+        raw.append(draft.survival)
+        accepted.append((uniforms[:, k:] < ratio.double()).to(torch.int64).cumprod(dim=1))
+    return torch.stack(raw), torch.stack(accepted)
+
+
+def fit_survival_calibration(raw: torch.Tensor, accepted: torch.Tensor) -> IsotonicCalibration:
+    """One isotonic map from raw survival to P(prefix accepted), pooled over positions: a monotone
+    map of a non-increasing sequence stays non-increasing."""
+    return IsotonicCalibration().fit(raw.flatten().double().numpy(), accepted.flatten().numpy())
+
+
+def survival_ece(survival: torch.Tensor, accepted: torch.Tensor, n_bins: int = 15) -> float:
+    """Expected calibration error of survival estimates against prefix outcomes (equal-width bins)."""
+    stats = equal_width_bins(survival.flatten().double().numpy(), accepted.flatten().double().numpy(), n_bins)
+    weights = stats.count / stats.count.sum()
+    return float(np.sum(weights * np.abs(stats.mean_outcome - stats.mean_confidence)))
+
+
+def calibrate(drafter: DSparkDrafter, held_out: torch.Tensor, stride: int, seed: int) -> dict[str, Any]:
+    """Fit the drafter's survival calibration on held-out outcomes (in place) and return what was measured."""
+    drafter.calibration = None
+    raw, accepted = acceptance_outcomes(drafter, held_out, stride, torch.Generator().manual_seed(seed))
+    fit, check = slice(0, None, 2), slice(1, None, 2)
+    drafter.calibration = fit_survival_calibration(raw[fit], accepted[fit])
+    report: dict[str, Any] = {
+        "anchors": int(raw.shape[0] * raw.shape[1]),
+        "held_out_tau_t1": 1.0 + float(accepted.sum(-1).double().mean()),
+        "held_out_survival_t1": accepted.double().mean((0, 1)).tolist(),
+    }
+    if raw.shape[0] > 1:
+        calibrated = drafter.calibrated(raw[check].flatten(0, 1)).view_as(raw[check])
+        report["ece_raw"] = survival_ece(raw[check], accepted[check])
+        report["ece_calibrated"] = survival_ece(calibrated, accepted[check])
+    return report
+
+
+def distill_dspark(settings: DSparkSettings) -> Path:
+    """Train, calibrate and write the drafter folder; returns `settings.out`."""
+    started = time.perf_counter()
+    target = Model.from_pretrained(settings.target).eval().requires_grad_(False)
+    tokenizer = load_tokenizer(settings.target)
+    data = TokenBlocks.build(tokenizer, read_documents(settings.texts), settings.block_size, settings.held_out_fraction)
+    if len(data.held_out) == 0:
+        raise ValueError("the corpus gives no held-out block to calibrate the confidence head on: add text")
+    torch.manual_seed(settings.seed)
+    head = DSparkHead(settings.config)
+    init_head(head)
+    head.train()
+    optimizer = build_optimizer(head, settings.lr, 0.1, (0.9, 0.95))
+    generator = torch.Generator().manual_seed(settings.seed)
+    losses: list[float] = []
+    acceptance: list[torch.Tensor] = []
+    for step in range(settings.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, settings.lr, settings.warmup, settings.steps)
+        blocks = data.batch(step, settings.batch_size, settings.seed)
+        kl, confidence, label = dspark_loss(head, target, blocks[:, :-1], settings.anchors, generator)
+        (kl + confidence).backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(kl.detach()))
+        acceptance.append(label)
+    drafter = DSparkDrafter(head.eval(), target)
+    report = calibrate(
+        drafter, data.held_out[: settings.calibration_blocks, :-1], settings.calibration_stride, settings.seed
+    )
+    drafter.save(settings.out, _provenance(settings, losses, acceptance, report, started))
+    save_tokenizer(tokenizer, settings.out)
+    return Path(settings.out)
+
+
+def _provenance(
+    settings: DSparkSettings,
+    losses: list[float],
+    acceptance: list[torch.Tensor],
+    calibration: dict[str, Any],
+    started: float,
+) -> dict[str, Any]:
+    recent = losses[-10:]
+    recent_acceptance = torch.stack(acceptance[-10:]).mean(0)
+    return {
+        "target": str(settings.target),
+        "texts": describe_source(settings.texts),
+        "config": asdict(settings.config),
+        "markov": settings.config.markov_rank > 0,
+        "steps": settings.steps,
+        "block_size": settings.block_size,
+        "batch_size": settings.batch_size,
+        "anchors": settings.anchors,
+        "lr": settings.lr,
+        "seed": settings.seed,
+        "first_kl": losses[0],
+        "final_kl": sum(recent) / len(recent),
+        "train_acceptance_by_position_t1": recent_acceptance.tolist(),
+        "calibration": calibration,
+        "wall_seconds": time.perf_counter() - started,
+        "git_commit": git_commit(),
+    }

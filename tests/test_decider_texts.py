@@ -1,0 +1,135 @@
+"""Text fields: the answer's JSON and tokens, and generation continuing the decision pass's cache."""
+
+import json
+
+import pytest
+
+from jev import Decider
+from jev.engine.answer import AnswerTokens
+from jev.engine.drafters.autoregressive import AutoregressiveDrafter
+from jev.engine.generate import generate
+from jev.engine.texts import TextSettings
+from jev.schema import UnsupportedSchemaError, compile_decision
+from jev.schema.answer import answer_segments, answer_text, parse_text, text_content
+from schemas.examples import TASK as EXAMPLE_TASK
+from schemas.mail import TASK as MAIL_TASK
+from tests.conftest import random_model, tiny_config, tiny_tokenizer
+
+TICKETS = [
+    {"subject": "refund", "body": "Win a free cruise now! refund please"},
+    {"subject": "login", "body": "Meeting moved to Tuesday"},
+    {"subject": "patch", "body": "Re: patch for the kernel build " * 3},
+]
+EXAMPLE_VALUES = {
+    "priority": "urgent", "team": None, "severity": 3, "products": {"api", "web"}, "customer.plan": "pro",
+    "customer.churn_risk": True, "summary": 'He said "refund" twice\\',
+}
+
+
+@pytest.fixture(scope="module")
+def decider() -> Decider:
+    model = random_model(tiny_config(index_topk=6, vocab_size=400, max_position_embeddings=256))
+    return Decider.new(model, tiny_tokenizer(), {"schemas.examples:TASK": EXAMPLE_TASK}, max_input_tokens=48)
+
+
+def _example_values() -> dict:
+    spec = EXAMPLE_TASK.spec
+    return {f.name: EXAMPLE_VALUES.get(f.name, f.values[0] if f.values else "") for f in spec.fields}
+
+
+def test_answer_text_is_the_models_json_in_field_order() -> None:
+    spec = EXAMPLE_TASK.spec
+    values = _example_values()
+    text = answer_text(spec, values)
+    decision = EXAMPLE_TASK.decision_model.model_validate(json.loads(text))
+    assert decision == spec.build(values)
+    assert json.loads(text) == decision.model_dump(mode="json")
+    order = [s.field for s in answer_segments(spec, values) if s.field]
+    assert order == [f.name for f in spec.closed_fields] + [f.name for f in spec.text_fields]
+    assert parse_text(text_content('a "b" \\ c')) == 'a "b" \\ c'
+
+
+def test_text_inside_a_reopened_nested_model_is_refused() -> None:
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    class Inner(BaseModel):
+        note: str
+        plan: Literal["a", "b"]
+
+    class Outer(BaseModel):
+        inner: Inner
+        ok: bool
+
+    with pytest.raises(UnsupportedSchemaError, match="top level"):
+        answer_segments(compile_decision(Outer), {"inner.note": "x", "inner.plan": "a", "ok": True})
+
+
+def test_answer_tokens_are_the_segments_tokenised_apart(decider: Decider) -> None:
+    answer = AnswerTokens(EXAMPLE_TASK.spec, decider.tokenizer)
+    values = _example_values()
+    tokenizer = decider.tokenizer
+    expected = [i for s in answer_segments(EXAMPLE_TASK.spec, values)
+                for i in tokenizer.encode(s.text, add_special_tokens=False).ids]
+    assert answer.encode(values) == [*expected, answer.eos]
+    assert len(answer.encode(values)) <= answer.max_tokens
+    quote = tokenizer.encode('"', add_special_tokens=False).ids[0]
+    assert quote in answer.text_end and answer.eos in answer.text_end
+    assert all('"' in tokenizer.decode([t]) for t in answer.text_end - {answer.eos})
+    prefix = answer.text_prefix(values)
+    assert answer.encode(values)[: len(prefix)] == prefix
+    assert tokenizer.decode(prefix).endswith('"summary": "')
+
+
+def test_text_continues_the_decision_cache_exactly_as_a_fresh_prompt(decider: Decider) -> None:
+    results = decider.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
+    answer = decider.answer_tokens(EXAMPLE_TASK)
+    spec = EXAMPLE_TASK.spec
+    for ticket, result in zip(TICKETS, results, strict=True):
+        closed = {f.name: v for f, v in zip(spec.closed_fields, _closed_values(spec, result.value), strict=True)}
+        prompt = [*decider.encode(EXAMPLE_TASK, ticket).token_ids, *answer.text_prefix(closed)]
+        fresh = generate(decider.model, prompt, spec.field("summary").max_tokens + 1, temperature=0,
+                         stop=answer.text_end).tokens[0]
+        ended = fresh[-1] in answer.text_end
+        text = decider.tokenizer.decode(fresh if ended else fresh[:-1]).split('"')[0]
+        assert result.value.summary == parse_text(text)
+        assert result.usage.generated_tokens == len(fresh)
+        assert result.usage.forward_passes > 1 and result.usage.accepted_length == pytest.approx(1.0)
+        assert result.model["truncated_texts"] == ([] if ended else ["summary"])
+
+
+def test_one_by_one_equals_the_batch_and_speculative_equals_plain(decider: Decider) -> None:
+    batch = decider.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
+    alone = [decider.decide(EXAMPLE_TASK.decision_model, t) for t in TICKETS]
+    assert [r.value for r in batch] == [r.value for r in alone]
+    drafter_model = random_model(tiny_config(index_topk=6, vocab_size=400, num_hidden_layers=1), seed=3)
+    speculative = Decider(
+        decider.model, decider.tokenizer, decider.tasks, decider.decision_model, decider.manifest,
+        drafter=AutoregressiveDrafter(drafter_model), text_settings=TextSettings(draft_len=3),
+    )
+    drafted = speculative.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
+    assert [r.value for r in drafted] == [r.value for r in batch]
+    assert [r.usage.generated_tokens for r in drafted] == [r.usage.generated_tokens for r in batch]
+
+
+def test_mail_task_writes_a_subject_after_its_closed_fields() -> None:
+    spec = MAIL_TASK.spec
+    assert [f.name for f in spec.text_fields] == ["subject"] and spec.field("subject").max_tokens == 32
+    text = answer_text(spec, {"kind": "spam", "mailing_list": False, "reply": True, "subject": "Re: hi"})
+    assert text == '{"kind": "spam", "mailing_list": false, "reply": true, "subject": "Re: hi"}'
+
+
+def _closed_values(spec, decision) -> list:
+    values = spec.values_of(decision)
+    return [values[f.name] for f in spec.closed_fields]
+
+
+def test_sampled_texts_are_reproducible_with_a_seed(decider: Decider) -> None:
+    sampled = Decider(
+        decider.model, decider.tokenizer, decider.tasks, decider.decision_model, decider.manifest,
+        text_settings=TextSettings(temperature=1.0, seed=5),
+    )
+    first = [r.value.summary for r in sampled.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)]
+    again = [r.value.summary for r in sampled.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)]
+    assert first == again

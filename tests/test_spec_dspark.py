@@ -1,0 +1,384 @@
+"""The DSpark drafter: lossless under the shared accept rule, non-anticipating survival, the Markov
+head's effect, calibration, its folder, and `jev train drafter --kind dspark`."""
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import random_model, tiny_config, tiny_tokenizer
+from test_spec_statistical import Config, chi_square_p, holm, peaked_model, target_joint
+
+from jev.engine.accept import SamplingSettings, sample_from, warp
+from jev.engine.drafters import Draft, ReadsTargetStates, load_drafter
+from jev.engine.drafters.autoregressive import AutoregressiveDrafter
+from jev.engine.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
+from jev.engine.generate import generate
+from jev.engine.scheduler import LoadAwareScheduler, VerifyProfile
+from jev.model import Model
+from jev.train.drafter import add_drafter_command
+from jev.train.dspark import acceptance_outcomes, calibrate, fit_survival_calibration, survival_ece
+from jev.train.tokenizer import save_tokenizer
+
+V = 16
+PROMPTS = [[(7 * i + 3 * j) % V for j in range(2 + (5 * i) % 11)] for i in range(16)]
+NEW = 16
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine, OpenMP waits cost more than they save."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def target() -> Model:
+    """A peaked 16-token target: random drafts are accepted often enough to exercise every path."""
+    return peaked_model(2, seed=0).double()
+
+
+def random_head(target: Model, markov_rank: int = 8, positions: int = 5, seed: int = 1) -> DSparkHead:
+    """Random weights; the Markov head's drawn wide so its bias is of the order of the logits."""
+    torch.manual_seed(seed)
+    config = DSparkConfig.for_target(target.config, width=32, heads=2, positions=positions, markov_rank=markov_rank)
+    head = DSparkHead(config)
+    with torch.no_grad():
+        for name, param in head.named_parameters():
+            param.normal_(std=1.0 if name.startswith("markov") else 0.3)
+    return head.to(target.dtype).eval().requires_grad_(False)
+
+
+def drafter(target: Model, **head) -> DSparkDrafter:
+    return DSparkDrafter(random_head(target, **head), target)
+
+
+@torch.no_grad()
+def hidden_and_pending(target: Model, batch: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    prompts = torch.tensor([[(3 * b + j) % V for j in range(5)] for b in range(batch)])
+    return target.hidden_states(prompts[:, :-1])[:, -1], prompts[:, -1]
+
+
+@pytest.mark.parametrize("markov_rank", [0, 8])
+@pytest.mark.parametrize("draft_len", [1, 3, 5])
+def test_greedy_speculative_equals_plain(target: Model, draft_len: int, markov_rank: int) -> None:
+    plain = generate(target, PROMPTS, NEW, temperature=0.0)
+    spark = drafter(target, markov_rank=markov_rank)
+    spec = generate(target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len)
+    assert spec.tokens == plain.tokens
+    assert spec.stats.accepted > 0
+    assert spark.passes == spec.stats.target_passes - 1
+    lengths = plain.cache.lengths.tolist()
+    assert spec.cache.lengths.tolist() == lengths
+    for row, n in enumerate(lengths):
+        torch.testing.assert_close(spec.cache.latent[:, row, :n], plain.cache.latent[:, row, :n], rtol=1e-9, atol=1e-9)
+
+
+def test_greedy_from_a_given_cache_starts_with_a_plain_step(target: Model) -> None:
+    """No prefill pass runs, so the first round has no target state: it drafts nothing."""
+    plain = generate(target, PROMPTS, NEW, temperature=0.0)
+    draft_len = 3
+    cache = target.new_cache(len(PROMPTS), max(map(len, PROMPTS)) + NEW + draft_len + 1)
+    lengths = torch.tensor([len(p) - 1 for p in PROMPTS])
+    tokens = torch.zeros(len(PROMPTS), int(lengths.max()), dtype=torch.int64)
+    for row, prompt in enumerate(PROMPTS):
+        tokens[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
+    target(tokens, cache=cache, lengths=lengths)
+    spark = drafter(target)
+    spec = generate(target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len, cache=cache)
+    assert spec.tokens == plain.tokens
+    assert spark.passes == spec.stats.target_passes - 1
+    assert spec.stats.verified_at and spec.stats.accepted > 0
+
+
+def test_a_one_token_prompt_delays_drafting_by_one_round(target: Model) -> None:
+    prompts = [[3], [4, 5, 6]]
+    spark = drafter(target)
+    spec = generate(target, prompts, 8, temperature=0.0, drafter=spark, draft_len=3)
+    assert spec.tokens == generate(target, prompts, 8, temperature=0.0).tokens
+    assert spark.passes == spec.stats.target_passes - 2
+
+
+def test_mixed_settings_and_the_load_aware_scheduler(target: Model) -> None:
+    """Greedy rows stay identical to plain greedy next to sampled rows under a survival-reading policy."""
+    temperatures = [0.0, 1.0] * 8
+    plain = generate(target, PROMPTS, NEW, temperature=0.0)
+    scheduler = LoadAwareScheduler(VerifyProfile((1, 20, 40), (1.0, 1.0, 0.4)))
+    spec = generate(
+        target,
+        PROMPTS,
+        NEW,
+        temperature=temperatures,
+        seed=list(range(16)),
+        drafter=drafter(target),
+        draft_len=4,
+        policy=scheduler,
+    )
+    for row in range(0, 16, 2):
+        assert spec.tokens[row] == plain.tokens[row]
+
+
+def test_only_the_state_reading_drafter_is_observed(target: Model) -> None:
+    assert isinstance(drafter(target), ReadsTargetStates)
+    assert not isinstance(AutoregressiveDrafter(target), ReadsTargetStates)
+
+
+def test_q_is_exactly_what_each_token_was_drawn_from(target: Model) -> None:
+    """Teacher-forcing the drafted tokens reproduces q, and the tokens are the inverse-CDF draws from it."""
+    spark = drafter(target)
+    hidden, pending = hidden_and_pending(target)
+    settings = SamplingSettings.build(
+        6, temperature=[0.7, 1.0, 1.3, 0.0, 1.0, 0.9], top_k=[0, 5, 0, 0, 3, 0], top_p=[1.0, 1.0, 0.8, 1.0, 1.0, 0.9]
+    )
+    uniforms = torch.rand(6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    draft = spark.draft(hidden, pending, settings, uniforms)
+    previous = torch.cat((pending.view(-1, 1), draft.tokens[:, :-1]), dim=1)
+    logits, _ = spark.head(hidden, target.embed(pending), previous, target.lm_head)
+    q = warp(logits, settings)
+    torch.testing.assert_close(draft.probs, q, rtol=0, atol=1e-12)
+    for j in range(4):
+        assert torch.equal(draft.tokens[:, j], sample_from(q[:, j], uniforms[:, j]))
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_survival_is_non_increasing_and_blind_to_the_token_it_rates(target: Model, calibrated: bool) -> None:
+    spark = drafter(target)
+    if calibrated:
+        raw = torch.linspace(0.0, 1.0, 50, dtype=torch.float64)
+        spark.calibration = fit_survival_calibration(raw, (raw > 0.3).to(torch.int64) * (raw < 0.9))
+    hidden, pending = hidden_and_pending(target)
+    settings = SamplingSettings.build(6)
+    uniforms = torch.rand(6, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    base = spark.draft(hidden, pending, settings, uniforms)
+    assert bool((base.survival[:, 1:] <= base.survival[:, :-1]).all())
+    assert bool(((base.survival >= 0) & (base.survival <= 1)).all())
+    for j in range(5):
+        moved = uniforms.clone()
+        moved[:, j] = (moved[:, j] + 0.5) % 1.0
+        other = spark.draft(hidden, pending, settings, moved)
+        assert bool((other.tokens[:, j] != base.tokens[:, j]).any())
+        assert torch.equal(other.survival[:, : j + 1], base.survival[:, : j + 1])
+        if j < 4 and not calibrated:
+            assert not torch.equal(other.survival[:, j + 1], base.survival[:, j + 1])
+
+
+def test_markov_head_conditions_q_on_the_previous_draft(target: Model) -> None:
+    spark = drafter(target)
+    hidden, pending = hidden_and_pending(target)
+    settings = SamplingSettings.build(6)
+    uniforms = torch.full((6, 2), 0.1, dtype=torch.float64)
+    first = spark.draft(hidden, pending, settings, uniforms)
+    uniforms[:, 0] = 0.9
+    second = spark.draft(hidden, pending, settings, uniforms)
+    changed = first.tokens[:, 0] != second.tokens[:, 0]
+    assert bool(changed.any())
+    assert torch.equal(first.probs[:, 0], second.probs[:, 0])
+    assert bool(((first.probs[changed, 1] - second.probs[changed, 1]).abs().amax(-1) > 1e-3).all())
+
+
+def test_without_the_markov_head_q_is_the_parallel_stage_alone(target: Model) -> None:
+    spark = drafter(target, markov_rank=0)
+    assert not hasattr(spark.head, "markov_in")
+    hidden, pending = hidden_and_pending(target)
+    settings = SamplingSettings.build(6, temperature=0.8)
+    uniforms = torch.full((6, 3), 0.1, dtype=torch.float64)
+    first = spark.draft(hidden, pending, settings, uniforms)
+    uniforms[:, 0] = 0.9
+    second = spark.draft(hidden, pending, settings, uniforms)
+    assert bool((first.tokens[:, 0] != second.tokens[:, 0]).any())
+    assert torch.equal(first.probs, second.probs)
+    base = spark.head.decode(spark.head.block(hidden, target.embed(pending))[:, :3], target.lm_head)
+    assert torch.equal(spark.head.logits(base, first.tokens), base)
+    assert torch.equal(first.probs, warp(base, settings))
+
+
+def test_isotonic_calibration_matches_pool_adjacent_violators() -> None:
+    """Three raw levels; the middle one's rate is below the first's, so those two pool (by hand)."""
+    raw = torch.tensor([0.2] * 10 + [0.5] * 30 + [0.8] * 20, dtype=torch.float64)
+    outcome = torch.tensor([1] * 4 + [0] * 6 + [1] * 6 + [0] * 24 + [1] * 18 + [0] * 2)
+    calibration = fit_survival_calibration(raw, outcome)
+    pooled = (4 + 6) / (10 + 30)
+    got = calibration.predict_proba(np.array([0.2, 0.5, 0.8]))
+    np.testing.assert_allclose(got, [pooled, pooled, 18 / 20], rtol=0, atol=1e-12)
+
+
+def test_survival_ece_by_hand() -> None:
+    survival = torch.tensor([0.05, 0.05, 0.95, 0.95, 0.95], dtype=torch.float64)
+    outcome = torch.tensor([0, 1, 1, 1, 0])
+    want = (2 / 5) * abs(0.5 - 0.05) + (3 / 5) * abs(2 / 3 - 0.95)
+    assert survival_ece(survival, outcome, n_bins=10) == pytest.approx(want, abs=1e-12)
+
+
+def test_calibration_on_held_out_outcomes(target: Model) -> None:
+    """Outcomes are accepted prefixes; on its own fit half the isotonic map keeps the mean outcome."""
+    spark = drafter(target)
+    blocks = torch.randint(0, V, (6, 24), generator=torch.Generator().manual_seed(0))
+    raw, accepted = acceptance_outcomes(spark, blocks, 3, torch.Generator().manual_seed(0))
+    assert raw.shape == accepted.shape == (8, 6, 5)
+    assert bool((accepted[..., 1:] <= accepted[..., :-1]).all()) and 0 < int(accepted.sum()) < accepted.numel()
+    report = calibrate(spark, blocks, 3, seed=0)
+    fit_raw, fit_accepted = raw[0::2], accepted[0::2]
+    mapped = spark.calibrated(fit_raw.flatten(0, 1))
+    assert float(mapped.mean()) == pytest.approx(float(fit_accepted.double().mean()), abs=1e-9)
+    assert report["held_out_tau_t1"] == pytest.approx(1 + float(accepted.sum(-1).double().mean()))
+    assert 0 <= report["ece_calibrated"] <= 1 and 0 <= report["ece_raw"] <= 1
+
+
+def test_folder_round_trip_through_the_loader(target: Model, tmp_path: Path) -> None:
+    spark = drafter(target)
+    raw = torch.linspace(0.0, 1.0, 20, dtype=torch.float64)
+    spark.calibration = fit_survival_calibration(raw, (raw > 0.5).to(torch.int64))
+    spark.save(tmp_path / "spark", {"note": "test"})
+    loaded = load_drafter(tmp_path / "spark", target)
+    assert isinstance(loaded, DSparkDrafter)
+    assert json.loads((tmp_path / "spark" / "drafter.json").read_text()) == {"kind": "dspark", "note": "test"}
+    hidden, pending = hidden_and_pending(target)
+    settings = SamplingSettings.build(6, temperature=0.9)
+    uniforms = torch.rand(6, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    want, got = spark.draft(hidden, pending, settings, uniforms), loaded.draft(hidden, pending, settings, uniforms)
+    assert torch.equal(got.tokens, want.tokens) and torch.equal(got.probs, want.probs)
+    assert torch.equal(got.survival, want.survival)
+
+    random_model(tiny_config(vocab_size=V), seed=3).save_pretrained(tmp_path / "ar")
+    assert isinstance(load_drafter(tmp_path / "ar", target), AutoregressiveDrafter)
+    (tmp_path / "ar" / "drafter.json").write_text('{"kind": "medusa"}')
+    with pytest.raises(ValueError, match="unknown drafter kind"):
+        load_drafter(tmp_path / "ar", target)
+    with pytest.raises(ValueError, match="hidden size"):
+        DSparkDrafter(random_head(target), random_model(tiny_config(vocab_size=V)))
+
+
+def test_drafts_past_the_trained_positions_are_refused(target: Model) -> None:
+    hidden, pending = hidden_and_pending(target)
+    with pytest.raises(ValueError, match="1 to 5 tokens"):
+        drafter(target).draft(hidden, pending, SamplingSettings.build(6), torch.zeros(6, 6, dtype=torch.float64))
+
+
+def dspark_joint(target: Model, spark: DSparkDrafter, config: Config, n: int, seed: int) -> torch.Tensor:
+    out = generate(
+        target,
+        [list(config.prompt)] * n,
+        2,
+        temperature=config.temperature,
+        top_k=config.top_k,
+        top_p=config.top_p,
+        seed=seed,
+        drafter=spark,
+        draft_len=config.k,
+        policy=config.make_policy(),
+    )
+    pairs = torch.tensor(out.tokens)
+    return torch.bincount(pairs[:, 0] * V + pairs[:, 1], minlength=V * V).view(V, V)
+
+
+SAMPLED = [Config(3), Config(4, temperature=0.7, top_p=0.8, policy="threshold"), Config(2, top_k=5, policy="random")]
+
+
+def test_sampled_output_has_the_target_law() -> None:
+    """Joint law of the first two tokens vs the target's exact law (chi-square, Holm), float32 as served."""
+    target = peaked_model(2, seed=0)
+    spark = DSparkDrafter(random_head(target), target)
+    p_values = [
+        chi_square_p(dspark_joint(target, spark, config, 12_000, seed=50 + i), target_joint(target, config))
+        for i, config in enumerate(SAMPLED)
+    ]
+    assert min(holm(p_values)) > 1e-3, p_values
+
+
+class MarkovlessQ(DSparkDrafter):
+    """Samples with the Markov head but reports q without it: the accept rule is then not lossless."""
+
+    @torch.no_grad()
+    def draft(self, hidden, pending, settings, uniforms):
+        honest = super().draft(hidden, pending, settings, uniforms)
+        states = self.head.block(hidden, self.target.embed(pending))[:, : uniforms.shape[1]]
+        return Draft(honest.tokens, warp(self.head.decode(states, self.target.lm_head), settings), honest.survival)
+
+
+def test_a_misreported_q_is_caught() -> None:
+    target = peaked_model(2, seed=0)
+    spark = MarkovlessQ(random_head(target), target)
+    config = Config(3)
+    p_value = chi_square_p(dspark_joint(target, spark, config, 12_000, seed=9), target_joint(target, config))
+    assert p_value < 1e-6
+
+
+TEXT = ["Win a free cruise now!", "Meeting moved to Tuesday, see agenda.", "Re: patch for the kernel build"]
+
+
+def train_args(tmp_path: Path, out: str, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_drafter_command(parser.add_subparsers())
+    return parser.parse_args(
+        [
+            "drafter",
+            "--kind",
+            "dspark",
+            "--target",
+            str(tmp_path / "target"),
+            "--corpus",
+            str(tmp_path / "corpus.txt"),
+            "--out",
+            str(tmp_path / out),
+            "--steps",
+            "40",
+            "--batch-size",
+            "4",
+            "--block-size",
+            "32",
+            "--hidden-size",
+            "64",
+            "--positions",
+            "4",
+            "--markov-rank",
+            "16",
+            "--anchors",
+            "8",
+            "--lr",
+            "3e-3",
+            *extra,
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp_path = tmp_path_factory.mktemp("dspark")
+    tokenizer = tiny_tokenizer()
+    target = random_model(tiny_config(vocab_size=tokenizer.get_vocab_size()), seed=0)
+    target.save_pretrained(tmp_path / "target")
+    save_tokenizer(tokenizer, tmp_path / "target")
+    (tmp_path / "corpus.txt").write_text("\n".join(TEXT * 60))
+    args = train_args(tmp_path, "spark")
+    assert args.func(args) == 0
+    return tmp_path
+
+
+def test_drafter_command_distils_calibrates_and_drafts(trained: Path) -> None:
+    provenance = json.loads((trained / "spark" / "drafter.json").read_text())
+    assert provenance["kind"] == "dspark" and provenance["markov"] is True
+    assert provenance["final_kl"] < 0.5 * provenance["first_kl"]
+    calibration = provenance["calibration"]
+    assert calibration["anchors"] > 0 and 1 <= calibration["held_out_tau_t1"] <= 5
+    assert (trained / "spark" / "tokenizer.json").is_file()
+    saved = json.loads((trained / "spark" / "dspark.json").read_text())
+    assert saved["config"]["positions"] == 4 and saved["survival_calibration"]["method"] == "isotonic"
+
+    target = Model.from_pretrained(trained / "target")
+    spark = load_drafter(trained / "spark", target)
+    assert isinstance(spark, DSparkDrafter) and spark.calibration is not None
+    prompts = [tiny_tokenizer().encode(t).ids[:4] for t in TEXT]
+    plain = generate(target, prompts, 8, temperature=0.0)
+    assert generate(target, prompts, 8, temperature=0.0, drafter=spark, draft_len=4).tokens == plain.tokens
+
+
+def test_no_markov_flag_trains_the_parallel_only_ablation(trained: Path) -> None:
+    args = train_args(trained, "parallel", "--no-markov", "--steps", "5")
+    assert args.func(args) == 0
+    provenance = json.loads((trained / "parallel" / "drafter.json").read_text())
+    assert provenance["markov"] is False and provenance["config"]["markov_rank"] == 0
+    assert not hasattr(load_drafter(trained / "parallel", Model.from_pretrained(trained / "target")).head, "markov_in")
