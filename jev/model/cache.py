@@ -69,3 +69,14 @@ class LatentCache:
         if bool((lengths < 0).any()) or bool((lengths > self.lengths).any()):
             raise ValueError(f"truncate lengths {lengths.tolist()} must be within 0..{self.lengths.tolist()}")
         self.lengths = lengths.clone()
+
+    def select(self, rows: torch.Tensor | list[int]) -> "LatentCache":
+        """A new cache holding copies of these rows, in this order (a row may repeat): e.g. one copy
+        per candidate continuation to score from a shared prefix."""
+        index = torch.as_tensor(rows, dtype=torch.int64, device=self.lengths.device)
+        copy = object.__new__(LatentCache)
+        copy.max_len = self.max_len
+        copy.latent = self.latent[:, index]
+        copy.index_keys = self.index_keys[:, index]
+        copy.lengths = self.lengths[index].clone()
+        return copy
