@@ -1,8 +1,14 @@
 """Speculative decoding of free text: acceptance, drafter cost and tokens/s against plain decoding.
 
-Prompts are real held-out mail (`data/mail/valid.jsonl`: subject, then body), cut to
-`--prompt-tokens`. For each batch size, plain decoding, every fixed draft length and the
-load-aware scheduler generate `--new-tokens` per prompt. Reported:
+Prompts are real held-out mail (`data/mail/valid.jsonl`), in one of two forms:
+
+- `--prompts body`: subject, then body, cut to `--prompt-tokens`; the model continues the body;
+- `--prompts subject`: exactly what the `mail` task's text field continues from (the encoded
+  body, then the answer JSON with the mail's true closed values up to `"subject": "`); generation
+  stops at the closing quote, as in a served decision.
+
+For each batch size, plain decoding, every fixed draft length and the load-aware scheduler
+generate up to `--new-tokens` per prompt. Reported:
 
 - tau: mean accepted length per target pass per sequence, the bonus/correction token COUNTED
   (so plain decoding is 1.0); and the i.i.d. prediction `(1 - a^(k+1)) / (1 - a)` from the
@@ -14,7 +20,7 @@ load-aware scheduler generate `--new-tokens` per prompt. Reported:
 The drafter folder may hold either kind (autoregressive or DSpark; `jev.engine.drafters.load_drafter`
 reads which). Draft lengths past what a DSpark drafter was trained to draft in one pass are skipped.
 
-    python -m benchmarks.speculative --target models/default --drafter models/default/drafter
+    python -m benchmarks.speculative --target models/default --drafter models/default/drafter --prompts subject
 """
 
 import argparse
@@ -24,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import write_results
+from jev.engine.decider import Decider
 from jev.engine.drafters import Drafter, drafter_kind, load_drafter
 from jev.engine.generate import generate
 from jev.engine.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
@@ -45,6 +52,21 @@ def mail_prompts(path: Path, tokenizer, count: int, prompt_tokens: int) -> list[
     return prompts
 
 
+def subject_prompts(decider: Decider, path: Path, count: int) -> tuple[list[list[int]], frozenset[int]]:
+    """The first `count` held-out mails as the subject field continues from them, and the stop tokens."""
+    task = decider.tasks["mail"]
+    answer = decider.answer_tokens(task)
+    prompts = []
+    with path.open() as rows:
+        for line in rows:
+            row = json.loads(line)
+            closed = task.spec.values_of({**row["label"], "subject": ""})
+            prompts.append([*decider.encode(task, row["input"]).token_ids, *answer.text_prefix(closed)])
+            if len(prompts) == count:
+                break
+    return prompts, answer.text_end
+
+
 def run(
     target: Model,
     prompts: list[list[int]],
@@ -53,6 +75,7 @@ def run(
     drafter: Drafter | None,
     draft_len: int,
     policy: VerifyPolicy | None,
+    stop: frozenset[int] = frozenset(),
 ) -> dict[str, Any]:
     started = time.perf_counter()
     out = generate(
@@ -64,6 +87,7 @@ def run(
         drafter=drafter,
         draft_len=draft_len,
         policy=policy,
+        stop=stop,
     )
     wall = time.perf_counter() - started
     s = out.stats
@@ -95,6 +119,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--draft-lens", type=int, nargs="+", default=[1, 2, 3, 4, 5, 7])
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--prompts", choices=("body", "subject"), default="body")
+    parser.add_argument("--name", default="speculative", help="the results file and docs section to write")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
 
@@ -105,8 +131,11 @@ def main() -> None:
     if any(k > most for k in args.draft_lens):
         print(f"skipping draft lengths above {most}: the drafter drafts at most {most} tokens per pass")
         args.draft_lens = [k for k in args.draft_lens if k <= most]
-    tokenizer = load_tokenizer(args.target)
-    prompts = mail_prompts(args.data, tokenizer, max(args.batches), args.prompt_tokens)
+    if args.prompts == "subject":
+        prompts, stop = subject_prompts(Decider.load(args.target, check_policies=False), args.data, max(args.batches))
+    else:
+        prompts = mail_prompts(args.data, load_tokenizer(args.target), max(args.batches), args.prompt_tokens)
+        stop = frozenset()
     longest = max(args.draft_lens)
     totals = sorted({1, *(b * (k + 1) for b in args.batches for k in (0, *args.draft_lens))})
     scheduler = LoadAwareScheduler(VerifyProfile.measure(target, totals, context=args.prompt_tokens, width=longest + 1))
@@ -117,11 +146,13 @@ def main() -> None:
     rows = []
     for batch in args.batches:
         batch_prompts = prompts[:batch]
-        plain = run(target, batch_prompts, args.new_tokens, args.temperature, None, 0, None)
+        plain = run(target, batch_prompts, args.new_tokens, args.temperature, None, 0, None, stop)
         runs = {"plain": plain}
         for k in args.draft_lens:
-            runs[f"k={k}"] = run(target, batch_prompts, args.new_tokens, args.temperature, drafter, k, None)
-        runs["load-aware"] = run(target, batch_prompts, args.new_tokens, args.temperature, drafter, longest, scheduler)
+            runs[f"k={k}"] = run(target, batch_prompts, args.new_tokens, args.temperature, drafter, k, None, stop)
+        runs["load-aware"] = run(
+            target, batch_prompts, args.new_tokens, args.temperature, drafter, longest, scheduler, stop
+        )
         results["runs"][str(batch)] = runs
         for name, r in runs.items():
             cond = ", ".join(f"{a:.2f}" for a in r["conditional_acceptance"][:7])
@@ -133,13 +164,13 @@ def main() -> None:
             )
     markdown = (
         f"Drafter: {settings['drafter_kind']}. tau counts the bonus/correction token (plain decoding = 1.00). "
-        f"Prompts: held-out mail, T={args.temperature}.\n\n"
+        f"Prompts: held-out mail ({args.prompts}), T={args.temperature}.\n\n"
         "| batch | policy | tok/s | speedup | tau | tau iid | accept rate | conditional acceptance by position "
         "| c | verified/round |\n|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
     )
     print(markdown)
     if not args.no_write:
-        write_results("speculative", results, markdown)
+        write_results(args.name, results, markdown)
 
 
 def _fmt(value: float | None) -> str:

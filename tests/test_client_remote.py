@@ -111,3 +111,13 @@ def test_async_client_round_trip(decider):
 def test_client_never_needs_a_running_server_to_be_built():
     with Client("http://127.0.0.1:9", timeout=1, max_retries=0) as client:
         assert isinstance(client._http, httpx.Client)
+
+
+def test_text_fields_travel_through_the_service_and_the_client(client, decider):
+    data = {"body": "Win a free cruise now! Reply today."}
+    remote = client.decide(MailDecision, data)
+    local = decider.decide(MailDecision, data)
+    assert isinstance(remote.value.subject, str) and remote.value == local.value
+    assert remote.usage.generated_tokens == local.usage.generated_tokens > 0
+    assert remote.usage.forward_passes == local.usage.forward_passes > 1
+    assert remote.model["truncated_texts"] == local.model["truncated_texts"]

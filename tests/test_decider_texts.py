@@ -133,3 +133,17 @@ def test_sampled_texts_are_reproducible_with_a_seed(decider: Decider) -> None:
     first = [r.value.summary for r in sampled.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)]
     again = [r.value.summary for r in sampled.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)]
     assert first == again
+
+
+def test_a_saved_drafter_loads_with_the_decider_and_changes_nothing_greedy(decider: Decider, tmp_path) -> None:
+    decider.save(tmp_path)
+    random_model(tiny_config(index_topk=6, vocab_size=400, num_hidden_layers=1), seed=4).save_pretrained(
+        tmp_path / "drafter"
+    )
+    loaded = Decider.load(tmp_path, tasks=[EXAMPLE_TASK])
+    assert isinstance(loaded.drafter, AutoregressiveDrafter) and loaded.policy is None
+    plain = Decider.load(tmp_path, tasks=[EXAMPLE_TASK], speculative=False)
+    assert plain.drafter is None
+    drafted = loaded.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
+    assert loaded.policy is not None, "the load-aware scheduler is profiled on first use"
+    assert [r.value for r in drafted] == [r.value for r in plain.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)]

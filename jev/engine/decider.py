@@ -24,8 +24,8 @@ from jev.engine.answer import AnswerTokens
 from jev.engine.bundle import Manifest, TaskEntry, head_layouts, load_heads, load_tokenizer, model_id, save_bundle
 from jev.engine.calibration import TaskCalibration
 from jev.engine.decision import DecisionModel
-from jev.engine.drafters import Drafter
-from jev.engine.scheduler import VerifyPolicy
+from jev.engine.drafters import Drafter, load_drafter
+from jev.engine.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
 from jev.engine.texts import TextSettings, WrittenTexts, cache_room, write_texts
 from jev.model import LatentCache, Model
 from jev.model.heads import TaskHeads
@@ -46,6 +46,7 @@ from jev.schema import (
 )
 
 BOS_TOKEN = "<bos>"
+DRAFTER_DIR = "drafter"
 
 
 class UnknownTaskError(JevError):
@@ -76,6 +77,8 @@ class Decider:
         policy: VerifyPolicy | None = None,
         text_settings: TextSettings | None = None,
     ) -> None:
+        """`policy` picks draft and verify lengths for text fields; with a drafter and no policy, the
+        load-aware scheduler is used, profiled on this machine the first time a text is drafted."""
         self.model = model.eval()
         self.drafter = drafter
         self.policy = policy
@@ -117,14 +120,20 @@ class Decider:
 
     @classmethod
     def load(
-        cls, path: str | Path, tasks: Sequence[Task] = (), max_batch: int = 32, check_policies: bool = True
+        cls,
+        path: str | Path,
+        tasks: Sequence[Task] = (),
+        max_batch: int = 32,
+        check_policies: bool = True,
+        speculative: bool = True,
     ) -> "Decider":
         """Load a decider folder. Tasks are imported from the references in `jev.json` unless given.
 
         A task whose decision schema differs from the one the heads were trained on is refused
         with a SchemaMismatchError that names the changed fields; so is a task whose declared
         conformal coverage its calibration was not fitted at, unless `check_policies=False` (as
-        `jev calibrate` loads it, to fit that calibration).
+        `jev calibrate` loads it, to fit that calibration). The folder's `drafter/`, if any, drafts
+        text fields unless `speculative=False`.
         """
         folder = Path(path)
         manifest = Manifest.read(folder)
@@ -137,8 +146,10 @@ class Decider:
         model = Model.from_pretrained(folder)
         layouts = {name: head_layouts(task.spec) for name, task in resolved.items()}
         heads = load_heads(folder, layouts, model.config.hidden_size)
+        drafter = load_drafter(folder / DRAFTER_DIR, model) if speculative and (folder / DRAFTER_DIR).is_dir() else None
         decider = cls(
-            model, load_tokenizer(folder), resolved, DecisionModel(model, heads), manifest, max_batch, model_id(folder)
+            model, load_tokenizer(folder), resolved, DecisionModel(model, heads), manifest, max_batch, model_id(folder),
+            drafter,
         )
         if check_policies:
             decider.check_policies()
@@ -283,6 +294,10 @@ class Decider:
     def _write_texts(
         self, task: Task, token_ids: list[list[int]], closed: list[dict[str, Any]], cache: LatentCache
     ) -> WrittenTexts:
+        if self.drafter is not None and self.policy is None:
+            context = max(entry.max_input_tokens for entry in self.manifest.tasks.values())
+            profile = VerifyProfile.measure(self.model, context=context, width=self.text_settings.draft_len + 1)
+            self.policy = LoadAwareScheduler(profile)
         with torch.inference_mode():
             return write_texts(
                 self.model, self.tokenizer, self.answer_tokens(task), token_ids, closed, cache,

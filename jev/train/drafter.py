@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from jev.engine.drafters.dspark import DSparkConfig
 from jev.model import Model, ModelConfig
+from jev.train.answer_corpus import AnswerDocuments
 from jev.train.blocks import TokenBlocks
 from jev.train.corpus import TextSource, describe_source, read_documents
 from jev.train.dspark import DSparkSettings, distill_dspark
@@ -159,6 +160,11 @@ def add_drafter_command(train_subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--target", type=Path, required=True, help="the target model folder (with tokenizer.json)")
     parser.add_argument("--corpus", type=Path, nargs="+", required=True, help=".txt / .jsonl files or folders")
+    parser.add_argument(
+        "--task",
+        default=None,
+        help="module:NAME: read the --corpus JSONL rows as this task's inputs followed by their JSON answers",
+    )
     parser.add_argument("--out", type=Path, required=True, help="drafter folder to write, e.g. models/default/drafter")
     parser.add_argument("--layers", type=int, default=1, help="drafter layers (1-2; dspark: block predictor layers)")
     parser.add_argument("--hidden-size", type=int, default=128, help="drafter width")
@@ -185,6 +191,8 @@ def add_drafter_command(train_subparsers: argparse._SubParsersAction) -> None:
 
 def _run_drafter(args: argparse.Namespace) -> int:
     target_config = ModelConfig.load(args.target)
+    if args.task:
+        args.corpus = AnswerDocuments(args.task, args.corpus)
     if args.kind == "dspark":
         return _run_dspark(args, target_config)
     settings = DrafterSettings(

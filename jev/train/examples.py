@@ -72,6 +72,18 @@ def read_examples(
     return examples, problems
 
 
+def row_label(row: dict, task: Task) -> object:
+    """The row's label with each text field filled in from the row itself when the label lacks it."""
+    label = row["label"]
+    if isinstance(label, dict):
+        label = dict(label)
+        for spec in task.spec.text_fields:
+            key = spec.input_keys[0]
+            if key not in label:
+                label[key] = row.get(key) or ""
+    return label
+
+
 def _example(
     row: object,
     task: Task,
@@ -80,12 +92,6 @@ def _example(
 ) -> Example:
     if not isinstance(row, dict) or "input" not in row or "label" not in row:
         raise ValueError('a row is an object with "input" and "label" keys')
-    label = row["label"]
-    if isinstance(label, dict):
-        label = dict(label)
-        for spec in task.spec.text_fields:
-            key = spec.input_keys[0]
-            if key not in label:
-                label[key] = row.get(key) or ""
+    label = row_label(row, task)
     targets = task.spec.encode_label(label)
     return Example(encode(task, row["input"]), targets, answer(task.spec.values_of(label)) if answer else [])
