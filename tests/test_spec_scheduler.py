@@ -90,3 +90,37 @@ def test_no_draft_round_costs_a_plain_step() -> None:
 def test_profile_measures_a_real_model() -> None:
     profile = VerifyProfile.measure(random_model(tiny_config(), seed=0), totals=(1, 8), context=8, repeats=1)
     assert profile.tokens == (1, 8) and all(rate > 0 for rate in profile.steps_per_second)
+
+
+def measured(survival: list[float], draft_seconds_per_token: float, drafted_ratio: float = 1.0) -> LoadAwareScheduler:
+    """A scheduler on a flat profile (1 pass/s) that has measured rounds like these."""
+    scheduler = LoadAwareScheduler(flat_then_linear(1000))
+    scheduler.expected_survival = torch.tensor(survival, dtype=torch.float64)
+    scheduler.draft_seconds_per_token = draft_seconds_per_token
+    scheduler.round_ratio["drafted"] = drafted_ratio
+    return scheduler
+
+
+def test_measured_drafting_cost_and_low_survival_turn_drafting_off() -> None:
+    assert LoadAwareScheduler(flat_then_linear(1000)).draft_depth(2, 3) == 3, "nothing measured: optimistic"
+    assert measured([0.99, 0.98, 0.97], 0.0).draft_depth(2, 3) == 3
+    assert measured([0.2, 0.04, 0.01], 0.5).draft_depth(2, 3) == 0, "2.5 tokens per 2.5 s < 2 tokens per s"
+    assert measured([0.2, 0.04, 0.01], 0.01).draft_depth(2, 3) == 3
+
+
+def test_round_overhead_is_measured_per_kind_of_round() -> None:
+    """A drafted round that really takes far longer than its bare target pass stops paying."""
+    assert measured([0.5, 0.25], 0.0).draft_depth(1, 2) == 2
+    scheduler = measured([0.5, 0.25], 0.0, drafted_ratio=5.0)
+    assert scheduler.draft_depth(1, 2) == 0
+    scheduler.verify_lengths(torch.tensor([[0.6, 0.3]], dtype=torch.float64), torch.tensor([True]))
+    assert scheduler.expected_survival.tolist() == [0.6, 0.3] and scheduler.draft_seconds_per_token == 0.0
+
+
+def test_a_real_round_is_timed() -> None:
+    scheduler = LoadAwareScheduler(flat_then_linear(1000))
+    assert scheduler.draft_depth(1, 2) == 2
+    scheduler.verify_lengths(torch.tensor([[0.9, 0.8]], dtype=torch.float64), torch.tensor([True]))
+    assert scheduler.draft_seconds_per_token > 0
+    scheduler.draft_depth(1, 2)
+    assert scheduler.round_ratio["drafted"] < 1.0, "a microsecond round against a 1 s profile"

@@ -94,27 +94,86 @@ class VerifyProfile:
 
 
 class LoadAwareScheduler:
-    """DSpark's hardware-aware prefix scheduler (Algorithm 1, with the early break)."""
+    """DSpark's hardware-aware prefix scheduler (Algorithm 1, with the early break), which also
+    weighs what the profile cannot see: the drafter's own time, and how much longer a whole round
+    (sampling filter, accept rule, bookkeeping) takes than the bare target pass.
+
+    Each round it times itself: the drafter between `draft_depth` and `verify_lengths`, the rest
+    of the round from `verify_lengths` to the next `draft_depth`, separately for drafted and plain
+    rounds. Those measurements and the mean survival estimates of the last drafted round decide
+    whether the next round drafts at all; the first round, with nothing measured, is optimistic.
+    All of it comes from past rounds, so no verify decision depends on the tokens it decides about.
+    """
 
     def __init__(self, profile: VerifyProfile) -> None:
         self.profile = profile
+        self.draft_seconds_per_token = 0.0
+        self.round_ratio = {"drafted": 1.0, "plain": 1.0}
+        self.expected_survival: torch.Tensor | None = None
+        self._mark: tuple[str, float, float] | None = None
+        self._draft_started: tuple[float, int] | None = None
 
     def draft_depth(self, n_active: int, draft_len: int) -> int:
-        """An upper bound on any request's verify length this round, from the batch size alone.
+        """How many tokens to draft this round; 0 when drafting is not expected to pay.
 
         With every survival equal to 1 each admission's gain `a / tau` is the largest it can be, so
-        Algorithm 1 on all-ones admits at least as many tokens as on the real estimates. If that
-        admits none, the drafter is not run and the round costs a plain decoding step.
+        Algorithm 1 on all-ones admits at least as many tokens as on the real estimates: that
+        bounds any request's verify length. Once rounds have been measured, the round is drafted
+        only if the expected tokens per second, drafting time and measured round overhead
+        included, beat a plain step's.
         """
+        self._finish_round()
+        self._draft_started = None
         if n_active == 0 or draft_len == 0:
             return 0
         ones = torch.ones(n_active, draft_len, dtype=torch.float64)
-        return min(draft_len, int(self._admitted(ones).sum()))
+        depth = min(draft_len, int(self._admitted(ones).sum()))
+        if depth and not self._drafting_pays(n_active, depth):
+            depth = 0
+        if depth:
+            self._draft_started = (time.perf_counter(), depth)
+        else:
+            self._start_round("plain", n_active)
+        return depth
+
+    def _drafting_pays(self, n_active: int, depth: int) -> bool:
+        if self.expected_survival is None:
+            return True
+        estimate = torch.ones(depth, dtype=torch.float64)
+        known = min(depth, len(self.expected_survival))
+        estimate[:known] = self.expected_survival[:known]
+        admitted = self._admitted(estimate.expand(n_active, depth))
+        tokens = int(admitted.sum())
+        expected = n_active + float(estimate.expand(n_active, depth)[admitted].sum())
+        drafted = self.round_ratio["drafted"] / self.profile.sps(n_active + tokens)
+        plain = self.round_ratio["plain"] / self.profile.sps(n_active)
+        return expected / (drafted + depth * self.draft_seconds_per_token) > n_active / plain
+
+    def _start_round(self, kind: str, tokens: int) -> None:
+        self._mark = (kind, time.perf_counter(), 1.0 / self.profile.sps(tokens))
+
+    def _finish_round(self) -> None:
+        """Fold the last round's measured time over the profile's prediction into the running ratio."""
+        if self._mark is not None:
+            kind, started, predicted = self._mark
+            measured = (time.perf_counter() - started) / predicted
+            self.round_ratio[kind] = 0.5 * self.round_ratio[kind] + 0.5 * measured
+            self._mark = None
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         lengths = torch.zeros(survival.shape[0], dtype=torch.int64)
         if bool(active.any()) and survival.shape[1]:
-            lengths[active] = self._lengths(survival[active].to(torch.float64).cpu())
+            rows = survival[active].to(torch.float64).cpu()
+            lengths[active] = self._lengths(rows)
+            self.expected_survival = rows.mean(0)
+        if self._draft_started is not None:
+            started, depth = self._draft_started
+            per_token = (time.perf_counter() - started) / depth
+            self.draft_seconds_per_token = per_token if not self.draft_seconds_per_token else (
+                0.5 * self.draft_seconds_per_token + 0.5 * per_token
+            )
+            self._draft_started = None
+        self._start_round("drafted", int(active.sum()) + int(lengths.sum()))
         return lengths.to(survival.device)
 
     def _lengths(self, survival: torch.Tensor) -> torch.Tensor:
