@@ -79,6 +79,14 @@ def test_a_person_decides_one_ticket(base_url, tmp_path):
             page.fill("#field-customer", '{"name": "Ada"}')
             page.click("#decide")
             page.wait_for_selector("#answer:not([hidden])")
+            page.select_option("#task", "mail")
+            page.wait_for_selector("#field-body")
+            page.fill("#field-body", "Win a free cruise now!")
+            page.click("#decide")
+            page.wait_for_selector('[data-field="subject"] .text-value')
+            assert page.locator("#decision .field").count() == 4
+            assert page.locator('[data-field="subject"] .bar-row').count() == 0
+            assert "tokens generated" in page.inner_text("#usage")
             page.screenshot(path=str(screenshot), full_page=True)
             assert not errors, errors
         finally:

@@ -95,10 +95,14 @@ function readForm() {
   return data;
 }
 
-function chosenKeys(field, value) {
-  const path = field.name.split(".");
+function fieldValue(field, value) {
   let v = value;
-  for (const part of path) v = v == null ? v : v[part];
+  for (const part of field.name.split(".")) v = v == null ? v : v[part];
+  return v;
+}
+
+function chosenKeys(field, value) {
+  const v = fieldValue(field, value);
   const asKey = (x) => (typeof x === "string" ? x : JSON.stringify(x));
   return new Set(field.kind === "multilabel" ? (v || []).map(asKey) : [asKey(v)]);
 }
@@ -124,6 +128,14 @@ function renderDecision(detail, answer) {
       title.append(tag);
     }
     section.append(title);
+    if (field.kind === "text") {
+      const text = document.createElement("p");
+      text.className = "text-value";
+      text.textContent = fieldValue(field, answer.value);
+      section.append(text);
+      box.append(section);
+      continue;
+    }
     const chosen = chosenKeys(field, answer.value);
     for (const [key, p] of Object.entries(answer.probs[field.name])) {
       const row = document.createElement("div");
@@ -145,7 +157,9 @@ function renderDecision(detail, answer) {
     box.append(section);
   }
   const u = answer.usage;
-  $("usage").textContent = `${u.input_tokens} input tokens · ${u.forward_passes} forward pass · ` +
+  const generated = u.generated_tokens ? ` · ${u.generated_tokens} tokens generated, ` +
+    `${u.accepted_length.toFixed(2)} per target pass` : "";
+  $("usage").textContent = `${u.input_tokens} input tokens · ${u.forward_passes} forward passes${generated} · ` +
     `queued ${u.queue_ms.toFixed(1)} ms · computed ${u.compute_ms.toFixed(1)} ms · model ${answer.model.model_id}` +
     (answer.model.calibrated ? " (calibrated)" : " (not calibrated)");
   $("answer").hidden = false;
