@@ -12,7 +12,7 @@ LM     := runs/lm
 MODEL  ?= models/default
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
-ANSWER_WEIGHT ?= 1.0
+ANSWER_WEIGHT ?= 0.3
 
 .PHONY: test lint serve bench bench-generate default-model clean-venv
 

@@ -43,7 +43,7 @@ def test_answer_text_is_the_models_json_in_field_order() -> None:
     text = answer_text(spec, values)
     decision = EXAMPLE_TASK.decision_model.model_validate(json.loads(text))
     assert decision == spec.build(values)
-    assert json.loads(text) == decision.model_dump(mode="json")
+    assert json.loads(text)["products"] == ["web", "api"], "labels in declaration order, never in set order"
     order = [s.field for s in answer_segments(spec, values) if s.field]
     assert order == [f.name for f in spec.closed_fields] + [f.name for f in spec.text_fields]
     assert parse_text(text_content('a "b" \\ c')) == 'a "b" \\ c'

@@ -86,3 +86,34 @@ def test_two_ranks_fine_tune_the_same_weights(base, tmp_path):
     for name in rank0:
         assert torch.equal(rank0[name], rank1[name]), name
 
+
+
+def _with_subjects(source: Path, target: Path) -> Path:
+    """The fixture rows with a subject line beside the label, as the mail data keeps it."""
+    rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["subject"] = ("Re: " if row["label"]["reply"] else "") + " ".join(row["input"]["body"].split()[:2])
+    target.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return target
+
+
+def test_answer_objective_learns_the_json_and_continues_a_deciders_heads(base, tmp_path):
+    from jev.engine.answer import AnswerTokens
+    from jev.train.examples import read_examples
+
+    train = _with_subjects(FIXTURES / "train.jsonl", tmp_path / "train.jsonl")
+    heads = train_decisions(settings(base, tmp_path / "heads", epochs=1))
+    run = settings(heads, tmp_path / "answer", train=train, epochs=6, answer_weight=1.0)
+    run.tasks[0].valid = _with_subjects(FIXTURES / "valid.jsonl", tmp_path / "valid.jsonl")
+    out = train_decisions(run)
+    record = json.loads((out / "jev.json").read_text())["training"]
+    losses = [epoch["mail"]["answer_loss"] for epoch in record["epochs"]]
+    assert losses[-1] < 0.7 * losses[0]
+    assert record["settings"]["answer_weight"] == 1.0 and record["base_training"]["steps"] > 0
+
+    tokenizer = tiny_tokenizer()
+    answer = AnswerTokens(MAIL.spec, tokenizer)
+    examples, _ = read_examples(train, MAIL, lambda t, d: [1], answer=answer.encode)
+    first = json.loads(train.read_text().splitlines()[0])
+    written = tokenizer.decode(examples[0].answer_ids)
+    assert json.loads(written) == {**first["label"], "subject": first["subject"]}

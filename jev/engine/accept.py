@@ -82,16 +82,22 @@ def warp(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
     scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)
     ordered, order = scaled.sort(dim=-1, descending=True)
     ranks = torch.arange(logits.shape[-1], device=logits.device)
-    top_k = settings.top_k.to(logits.device).view(shape)
-    kth = (top_k - 1).clamp(min=0, max=logits.shape[-1] - 1).expand_as(ordered[..., :1])
-    drop = (top_k > 0) & (ordered < ordered.gather(-1, kth))
-    ordered = ordered.masked_fill(drop, float("-inf"))
+    top_k_drop = None
+    if bool((settings.top_k > 0).any()):  # without any top-k row, nothing is dropped: skip the ops
+        top_k = settings.top_k.to(logits.device).view(shape)
+        kth = (top_k - 1).clamp(min=0, max=logits.shape[-1] - 1).expand_as(ordered[..., :1])
+        top_k_drop = (top_k > 0) & (ordered < ordered.gather(-1, kth))
+        ordered = ordered.masked_fill(top_k_drop, float("-inf"))
     sorted_probs = ordered.softmax(dim=-1)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
     top_p = settings.top_p.to(logits.device, logits.dtype).view(shape)
-    drop = drop | ((mass_before >= top_p) & (ranks > 0))
+    drop = (mass_before >= top_p) & (ranks > 0)
+    if top_k_drop is not None:
+        drop = drop | top_k_drop
     keep = torch.zeros_like(drop).scatter(-1, order, ~drop)
     probs = scaled.masked_fill(~keep, float("-inf")).softmax(dim=-1)
+    if not bool(settings.greedy.any()):
+        return probs
     one_hot = torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(probs.dtype)
     return torch.where(greedy, one_hot, probs)
 

@@ -20,6 +20,7 @@ active sequence has no state yet (a given `cache=`, so no prefill pass ran, or a
 drafts nothing: it is a plain decoding step, whose pass supplies the states for the next round.
 """
 
+import itertools
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -208,16 +209,33 @@ def generate(
         pending = verdict.next_token
     if drafter is not None:
         stats.drafter_passes = getattr(drafter, "passes", 0)
-    prompt_n = torch.tensor([len(p) for p in prompts])
+    prompt_n = torch.tensor(list(map(len, prompts)))
     cache.truncate(torch.minimum(cache.lengths, (prompt_n + out_n - 1).clamp(min=0)))
-    return Generation(tokens=[out[b, : out_n[b]].tolist() for b in range(batch)], stats=stats, cache=cache)
+    return Generation(tokens=_rows(out, out_n), stats=stats, cache=cache)
+
+
+def prompt_heads(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every prompt but its last token, right-padded with zeros: `[B, max(len - 1)]`, and the lengths `[B]`."""
+    lengths = torch.tensor(list(map(len, prompts)), dtype=torch.int64) - 1
+    tokens = torch.zeros(len(prompts), int(lengths.max()), dtype=torch.int64)
+    flat = torch.tensor(list(itertools.chain.from_iterable(p[:-1] for p in prompts)), dtype=torch.int64)
+    tokens[torch.arange(tokens.shape[1]) < lengths.view(-1, 1)] = flat
+    return tokens, lengths
+
+
+def _rows(out: torch.Tensor, out_n: torch.Tensor) -> list[list[int]]:
+    """`out[b, :out_n[b]]` as lists, converted in one call."""
+    rows = out[:, : int(out_n.max())].tolist()
+    for row, n in zip(rows, out_n.tolist(), strict=True):
+        del row[n:]
+    return rows
 
 
 def _as_batch(prompt_ids: Sequence[int] | Sequence[Sequence[int]]) -> list[list[int]]:
     if len(prompt_ids) and isinstance(prompt_ids[0], int):
         prompts = [list(prompt_ids)]
     else:
-        prompts = [list(p) for p in prompt_ids]
+        prompts = [p if type(p) is list else list(p) for p in prompt_ids]
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     return prompts
@@ -231,12 +249,9 @@ def _prefill(
     Returns the last tokens `[B]` (pending), the hidden state `[B, D]` at each prompt's
     second-to-last position, and `[B]` which rows have one (prompts of two or more tokens).
     """
-    lengths = torch.tensor([len(p) - 1 for p in prompts])
+    tokens, lengths = prompt_heads(prompts)
     hidden = torch.zeros(len(prompts), model.config.hidden_size, dtype=model.dtype, device=model.device)
-    if int(lengths.max()) > 0:
-        tokens = torch.zeros(len(prompts), int(lengths.max()), dtype=torch.int64)
-        for row, prompt in enumerate(prompts):
-            tokens[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
+    if tokens.shape[1] > 0:
         states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths)
         hidden = _at(states, (lengths - 1).clamp(min=0))
         stats.target_passes += 1

@@ -13,6 +13,7 @@ import torch
 
 from jev.engine.accept import SamplingSettings, sample_from, warp
 from jev.engine.drafters import Draft
+from jev.engine.generate import prompt_heads
 from jev.model import Model
 
 
@@ -40,11 +41,8 @@ class AutoregressiveDrafter:
         self._backlog = torch.zeros(batch, 0, dtype=torch.int64)
         self._backlog_n = torch.zeros(batch, dtype=torch.int64)
         self._drafted_k = 0
-        lengths = torch.tensor([len(p) - 1 for p in prompts])
-        if int(lengths.max()) > 0:
-            tokens = torch.zeros(batch, int(lengths.max()), dtype=torch.int64)
-            for row, prompt in enumerate(prompts):
-                tokens[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
+        tokens, lengths = prompt_heads(prompts)
+        if tokens.shape[1] > 0:
             self.model(tokens.to(self.model.device), cache=self._cache, lengths=lengths)
             self.passes += 1
 
