@@ -382,3 +382,21 @@ def test_no_markov_flag_trains_the_parallel_only_ablation(trained: Path) -> None
     provenance = json.loads((trained / "parallel" / "drafter.json").read_text())
     assert provenance["markov"] is False and provenance["config"]["markov_rank"] == 0
     assert not hasattr(load_drafter(trained / "parallel", Model.from_pretrained(trained / "target")).head, "markov_in")
+
+
+def test_a_given_cache_with_its_hidden_states_drafts_from_the_first_round(target: Model) -> None:
+    plain = generate(target, PROMPTS, NEW, temperature=0.0)
+    draft_len = 3
+    cache = target.new_cache(len(PROMPTS), max(map(len, PROMPTS)) + NEW + draft_len + 1)
+    lengths = torch.tensor([len(p) - 1 for p in PROMPTS])
+    tokens = torch.zeros(len(PROMPTS), int(lengths.max()), dtype=torch.int64)
+    for row, prompt in enumerate(PROMPTS):
+        tokens[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
+    states = target.hidden_states(tokens, cache=cache, lengths=lengths)
+    hidden = states[torch.arange(len(PROMPTS)), lengths - 1]
+    spark = drafter(target)
+    spec = generate(
+        target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len, cache=cache, hidden=hidden
+    )
+    assert spec.tokens == plain.tokens
+    assert spark.passes == spec.stats.target_passes, "every round drafted, the first one included"

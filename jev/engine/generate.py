@@ -125,6 +125,7 @@ def generate(
     stop: Collection[int] = (),
     policy: VerifyPolicy | None = None,
     cache: LatentCache | None = None,
+    hidden: torch.Tensor | None = None,
 ) -> Generation:
     """Generate up to `max_new_tokens` per prompt; `drafter=None` is plain decoding.
 
@@ -134,9 +135,10 @@ def generate(
     (default: always `draft_len`). The output has exactly the distribution of plain decoding.
 
     `cache`, when given, already holds every prompt but its last token (a decision pass was the
-    prefill), so no prefill pass runs; it needs room for the new tokens plus `draft_len + 1`. A
-    drafter that reads the target's hidden states then drafts from the second round on: the first
-    round's pass is the first to give it one.
+    prefill), so no prefill pass runs; it needs room for the new tokens plus `draft_len + 1`.
+    `hidden [B, D]`, when given with it, is the target's final hidden state at each prompt's last
+    cached token, so a drafter that reads target states drafts from the first round; without it,
+    such a drafter starts from the second round, after the first round's pass.
     """
     prompts = _as_batch(prompt_ids)
     batch = len(prompts)
@@ -157,7 +159,8 @@ def generate(
         cache = model.new_cache(batch, max_len)
         pending, hidden, seen = _prefill(model, cache, prompts, stats)
     else:
-        pending, hidden, seen = _continue(cache, prompts, max_len), None, torch.zeros(batch, dtype=torch.bool)
+        pending = _continue(cache, prompts, max_len)
+        seen = torch.full((batch,), hidden is not None, dtype=torch.bool)
     if drafter is not None:
         drafter.start(prompts, max_len)
         if reads_states and bool(seen.any()):

@@ -76,11 +76,12 @@ def write_texts(
     written.truncated = [[] for _ in range(batch)]
     n_closed = len(answer.spec.closed_fields)
     for i, spec in enumerate(answer.spec.text_fields):
-        written.forward_passes += _feed(model, cache, prompts)
+        hidden = _feed(model, cache, prompts)
+        written.forward_passes += 0 if hidden is None else 1
         generation = generate(
             model, prompts, spec.max_tokens + 1, temperature=settings.temperature, top_p=settings.top_p,
             top_k=settings.top_k, seed=settings.seed, drafter=drafter, draft_len=settings.draft_len,
-            stop=answer.text_end, policy=policy, cache=cache,
+            stop=answer.text_end, policy=policy, cache=cache, hidden=hidden,
         )
         stats = generation.stats
         written.forward_passes += stats.target_passes
@@ -99,17 +100,20 @@ def write_texts(
     return written
 
 
-def _feed(model: Model, cache: LatentCache, prompts: list[list[int]]) -> int:
-    """Read every prompt's tokens the cache lacks, but the last, in one pass; return passes run (0 or 1)."""
+def _feed(model: Model, cache: LatentCache, prompts: list[list[int]]) -> torch.Tensor | None:
+    """Read every prompt's tokens the cache lacks, but the last, in one pass. Returns the hidden
+    state `[B, D]` at each prompt's last cached token (for a drafter that reads target states), or
+    None when some prompt had nothing to read and no pass ran for it."""
     have = cache.lengths.tolist()
     missing = [prompt[n : len(prompt) - 1] for prompt, n in zip(prompts, have, strict=True)]
-    width = max(len(m) for m in missing)
-    if width == 0:
-        return 0
-    tokens = torch.zeros(len(prompts), width, dtype=torch.int64)
+    if min(len(m) for m in missing) == 0:
+        if max(len(m) for m in missing):
+            raise ValueError("text prompts must all need reading, or none")
+        return None
+    tokens = torch.zeros(len(prompts), max(len(m) for m in missing), dtype=torch.int64)
     for row, ids in enumerate(missing):
         tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
     lengths = torch.tensor([len(m) for m in missing])
-    model(tokens.to(model.device), cache=cache, lengths=lengths)
-    return 1
+    states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths.to(model.device))
+    return states[torch.arange(len(prompts), device=states.device), (lengths - 1).to(states.device)]
 
