@@ -124,3 +124,15 @@ def test_a_real_round_is_timed() -> None:
     assert scheduler.draft_seconds_per_token > 0
     scheduler.draft_depth(1, 2)
     assert scheduler.round_ratio["drafted"] < 1.0, "a microsecond round against a 1 s profile"
+
+
+def test_observed_acceptance_overrides_the_drafters_optimism() -> None:
+    """The drafter claims 0.9 survival; the accept rule accepted nothing in 8 rounds: stop drafting."""
+    scheduler = measured([0.9, 0.8], 0.1)
+    assert scheduler.draft_depth(1, 2) == 2
+    for _ in range(LoadAwareScheduler.MIN_OUTCOMES):
+        scheduler.record(torch.tensor([2, 0]), torch.tensor([0, 0]))
+    assert scheduler.verified_at.tolist() == [8.0, 8.0] and scheduler.accepted_at.tolist() == [0.0, 0.0]
+    fresh = measured([0.9, 0.8], 0.1)
+    fresh.verified_at, fresh.accepted_at = scheduler.verified_at, scheduler.accepted_at
+    assert fresh.draft_depth(1, 2) == 0

@@ -92,7 +92,7 @@ def models() -> tuple[Model, Model]:
     return peaked_model(2, 0, LEAN, LEAN_SCALE), peaked_model(1, 1, LEAN, LEAN_SCALE)
 
 
-class RandomLengths:
+class RandomLengths(FixedLength):
     """Verify a uniformly random prefix length 0..K, blind to the drafted tokens."""
 
     def __init__(self, seed: int) -> None:

@@ -198,6 +198,7 @@ def generate(
         stats.verify_seconds += time.perf_counter() - verify_started
 
         n_accepted = torch.where(active, verdict.n_accepted, 0)
+        policy.record(n_verified, n_accepted)
         cache.truncate(torch.where(active, before + 1 + n_accepted, before))
         committed = torch.cat((pending.view(-1, 1), drafted), dim=1)
         if drafter is not None:

@@ -30,6 +30,9 @@ class VerifyPolicy(Protocol):
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         """`survival [B, K]`, `active [B]` -> `[B]` how many drafts (a prefix) each sequence verifies."""
 
+    def record(self, n_verified: torch.Tensor, n_accepted: torch.Tensor) -> None:
+        """After the accept rule: `[B]` drafts verified and accepted this round (for later rounds only)."""
+
 
 class FixedLength:
     """Draft and verify `draft_len` tokens for every active sequence, whatever the load."""
@@ -39,6 +42,9 @@ class FixedLength:
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         return torch.where(active, survival.shape[1], 0).to(torch.int64)
+
+    def record(self, n_verified: torch.Tensor, n_accepted: torch.Tensor) -> None:
+        """A fixed length learns nothing from outcomes."""
 
 
 @dataclass(frozen=True)
@@ -100,16 +106,22 @@ class LoadAwareScheduler:
 
     Each round it times itself: the drafter between `draft_depth` and `verify_lengths`, the rest
     of the round from `verify_lengths` to the next `draft_depth`, separately for drafted and plain
-    rounds. Those measurements and the mean survival estimates of the last drafted round decide
-    whether the next round drafts at all; the first round, with nothing measured, is optimistic.
-    All of it comes from past rounds, so no verify decision depends on the tokens it decides about.
+    rounds. Those measurements and the acceptance seen so far (`record`: of the drafts verified at
+    position j, how many were accepted; the drafter's own survival estimates until a position has
+    been verified MIN_OUTCOMES times) decide whether the next round drafts at all; the first
+    round, with nothing measured, is optimistic. All of it comes from past rounds, so no verify
+    decision depends on the tokens it decides about.
     """
+
+    MIN_OUTCOMES = 8
 
     def __init__(self, profile: VerifyProfile) -> None:
         self.profile = profile
         self.draft_seconds_per_token = 0.0
         self.round_ratio = {"drafted": 1.0, "plain": 1.0}
         self.expected_survival: torch.Tensor | None = None
+        self.verified_at = torch.zeros(0, dtype=torch.float64)
+        self.accepted_at = torch.zeros(0, dtype=torch.float64)
         self._mark: tuple[str, float, float] | None = None
         self._draft_started: tuple[float, int] | None = None
 
@@ -142,12 +154,27 @@ class LoadAwareScheduler:
         estimate = torch.ones(depth, dtype=torch.float64)
         known = min(depth, len(self.expected_survival))
         estimate[:known] = self.expected_survival[:known]
+        seen = min(depth, len(self.verified_at))
+        counted = self.verified_at[:seen] >= self.MIN_OUTCOMES
+        observed = self.accepted_at[:seen] / self.verified_at[:seen].clamp(min=1)
+        estimate[:seen] = torch.where(counted, observed, estimate[:seen])
         admitted = self._admitted(estimate.expand(n_active, depth))
         tokens = int(admitted.sum())
         expected = n_active + float(estimate.expand(n_active, depth)[admitted].sum())
         drafted = self.round_ratio["drafted"] / self.profile.sps(n_active + tokens)
         plain = self.round_ratio["plain"] / self.profile.sps(n_active)
         return expected / (drafted + depth * self.draft_seconds_per_token) > n_active / plain
+
+    def record(self, n_verified: torch.Tensor, n_accepted: torch.Tensor) -> None:
+        """Count, per draft position, how often it was verified and accepted."""
+        width = int(n_verified.max()) if n_verified.numel() else 0
+        if width > len(self.verified_at):
+            grow = width - len(self.verified_at)
+            self.verified_at = torch.cat((self.verified_at, torch.zeros(grow, dtype=torch.float64)))
+            self.accepted_at = torch.cat((self.accepted_at, torch.zeros(grow, dtype=torch.float64)))
+        positions = torch.arange(width).view(1, -1)
+        self.verified_at[:width] += (positions < n_verified.cpu().view(-1, 1)).sum(0)
+        self.accepted_at[:width] += (positions < n_accepted.cpu().view(-1, 1)).sum(0)
 
     def _start_round(self, kind: str, tokens: int) -> None:
         self._mark = (kind, time.perf_counter(), 1.0 / self.profile.sps(tokens))
