@@ -122,8 +122,9 @@ def test_a_real_round_is_timed() -> None:
     assert scheduler.draft_depth(1, 2) == 2
     scheduler.verify_lengths(torch.tensor([[0.9, 0.8]], dtype=torch.float64), torch.tensor([True]))
     assert scheduler.draft_seconds_per_token > 0
-    scheduler.draft_depth(1, 2)
+    scheduler.record(torch.tensor([2]), torch.tensor([1]))
     assert scheduler.round_ratio["drafted"] < 1.0, "a microsecond round against a 1 s profile"
+    assert scheduler.draft_depth(1, 2) == 2 and scheduler.round_ratio["plain"] == 1.0
 
 
 def test_observed_acceptance_overrides_the_drafters_optimism() -> None:

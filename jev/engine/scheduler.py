@@ -104,13 +104,13 @@ class LoadAwareScheduler:
     weighs what the profile cannot see: the drafter's own time, and how much longer a whole round
     (sampling filter, accept rule, bookkeeping) takes than the bare target pass.
 
-    Each round it times itself: the drafter between `draft_depth` and `verify_lengths`, the rest
-    of the round from `verify_lengths` to the next `draft_depth`, separately for drafted and plain
-    rounds. Those measurements and the acceptance seen so far (`record`: of the drafts verified at
-    position j, how many were accepted; the drafter's own survival estimates until a position has
-    been verified MIN_OUTCOMES times) decide whether the next round drafts at all; the first
-    round, with nothing measured, is optimistic. All of it comes from past rounds, so no verify
-    decision depends on the tokens it decides about.
+    Each round it times itself: the drafter between `draft_depth` and `verify_lengths`, the target
+    pass and the accept rule until `record`, separately for drafted and plain rounds. Those
+    measurements and the acceptance seen so far (`record`: of the drafts verified at position j,
+    how many were accepted; the drafter's own survival estimates until a position has been
+    verified MIN_OUTCOMES times) decide whether the next round drafts at all; the first round,
+    with nothing measured, is optimistic. All of it comes from past rounds, so no verify decision
+    depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
@@ -134,7 +134,7 @@ class LoadAwareScheduler:
         only if the expected tokens per second, drafting time and measured round overhead
         included, beat a plain step's.
         """
-        self._finish_round()
+        self._mark = None
         self._draft_started = None
         if n_active == 0 or draft_len == 0:
             return 0
@@ -166,7 +166,8 @@ class LoadAwareScheduler:
         return expected / (drafted + depth * self.draft_seconds_per_token) > n_active / plain
 
     def record(self, n_verified: torch.Tensor, n_accepted: torch.Tensor) -> None:
-        """Count, per draft position, how often it was verified and accepted."""
+        """Close the round's timing; count, per draft position, how often it was verified and accepted."""
+        self._finish_round()
         width = int(n_verified.max()) if n_verified.numel() else 0
         if width > len(self.verified_at):
             grow = width - len(self.verified_at)
