@@ -8,7 +8,9 @@ Prompts are real held-out mail (`data/mail/valid.jsonl`), in one of two forms:
   stops at the closing quote, as in a served decision.
 
 For each batch size, plain decoding, every fixed draft length and the load-aware scheduler
-generate up to `--new-tokens` per prompt. Reported:
+generate up to `--new-tokens` per prompt. The scheduler first serves one batch of 32 other
+held-out prompts, as a running service's scheduler has seen traffic (it learns round costs and
+realised acceptance). Reported:
 
 - tau: mean accepted length per target pass per sequence, the bonus/correction token COUNTED
   (so plain decoding is 1.0); and the i.i.d. prediction `(1 - a^(k+1)) / (1 - a)` from the
@@ -36,6 +38,8 @@ from jev.engine.generate import generate
 from jev.engine.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
 from jev.model import Model
 from jev.train.tokenizer import load_tokenizer
+
+WARM_UP = 32
 
 
 def mail_prompts(path: Path, tokenizer, count: int, prompt_tokens: int) -> list[list[int]]:
@@ -132,15 +136,19 @@ def main() -> None:
         print(f"skipping draft lengths above {most}: the drafter drafts at most {most} tokens per pass")
         args.draft_lens = [k for k in args.draft_lens if k <= most]
     if args.prompts == "subject":
-        prompts, stop = subject_prompts(Decider.load(args.target, check_policies=False), args.data, max(args.batches))
+        decider = Decider.load(args.target, check_policies=False)
+        prompts, stop = subject_prompts(decider, args.data, max(args.batches) + WARM_UP)
     else:
-        prompts = mail_prompts(args.data, load_tokenizer(args.target), max(args.batches), args.prompt_tokens)
+        prompts = mail_prompts(args.data, load_tokenizer(args.target), max(args.batches) + WARM_UP, args.prompt_tokens)
         stop = frozenset()
     longest = max(args.draft_lens)
     totals = sorted({1, *(b * (k + 1) for b in args.batches for k in (0, *args.draft_lens))})
     scheduler = LoadAwareScheduler(VerifyProfile.measure(target, totals, context=args.prompt_tokens, width=longest + 1))
 
+    prompts, warm = prompts[: max(args.batches)], prompts[max(args.batches) :]
     run(target, prompts[:1], 2, args.temperature, drafter, 1, None)  # warm-up: first-call allocations
+    # The scheduler learns acceptance and round costs as it runs; a service's has seen traffic.
+    run(target, warm, args.new_tokens, args.temperature, drafter, longest, scheduler, stop)
     settings = {**{k: str(v) for k, v in vars(args).items()}, "drafter_kind": drafter_kind(drafter_path)}
     results: dict[str, Any] = {"settings": settings, "runs": {}}
     rows = []
