@@ -56,15 +56,20 @@ class VerifyProfile:
 
     def sps(self, total: int) -> float:
         """Passes/s for `total` tokens: linear in pass time between measured points, extrapolated past them."""
-        seconds = [1.0 / s for s in self.steps_per_second]
-        if total <= self.tokens[0]:
-            return self.steps_per_second[0]
-        for i in range(1, len(self.tokens)):
-            if total <= self.tokens[i] or i == len(self.tokens) - 1:
-                lo, hi = self.tokens[i - 1], self.tokens[i]
-                t = seconds[i - 1] + (seconds[i] - seconds[i - 1]) * (total - lo) / (hi - lo)
-                return 1.0 / max(t, 1e-12)
-        raise AssertionError("unreachable")
+        return float(self.sps_many(torch.tensor([total]))[0])
+
+    def sps_many(self, totals: torch.Tensor) -> torch.Tensor:
+        """`sps` of every entry of `totals` at once (float64): the scheduler asks for hundreds per round."""
+        tokens = torch.tensor(self.tokens, dtype=torch.float64)
+        seconds = 1.0 / torch.tensor(self.steps_per_second, dtype=torch.float64)
+        totals = totals.to(torch.float64)
+        if len(tokens) == 1:
+            return torch.full_like(totals, self.steps_per_second[0])
+        upper = torch.searchsorted(tokens, totals).clamp(1, len(tokens) - 1)
+        lo, hi = tokens[upper - 1], tokens[upper]
+        t = seconds[upper - 1] + (seconds[upper] - seconds[upper - 1]) * (totals - lo) / (hi - lo)
+        t = torch.where(totals <= tokens[0], seconds[0], t)
+        return 1.0 / t.clamp(min=1e-12)
 
     @classmethod
     @torch.no_grad()
@@ -214,7 +219,7 @@ class LoadAwareScheduler:
         flat = survival.flatten()
         order = torch.sort(-flat, stable=True).indices
         tau = rows + flat[order].cumsum(0)
-        sps = torch.tensor([self.profile.sps(rows + n) for n in range(len(flat) + 1)], dtype=torch.float64)
+        sps = self.profile.sps_many(rows + torch.arange(len(flat) + 1))
         theta = torch.cat((torch.tensor([rows * sps[0]]), tau * sps[1 : len(tau) + 1]))
         drops = (theta[1:] <= theta[:-1]).nonzero()
         n_admit = int(drops[0]) if len(drops) else len(order)
