@@ -128,3 +128,22 @@ def test_tied_scores_select_the_same_keys_whatever_the_row_width():
     assert everything.tolist() == [[[0, 1, 2, 3, -1]]]
     negatives = ref.select_topk(torch.tensor([[[-3.0, -1.0, -2.0, 1.5, -0.5]]]), 3)
     assert negatives.tolist() == [[[1, 3, 4]]], "negative scores rank by value"
+
+
+def test_a_short_prefill_masks_dense_attention_to_the_selection_exactly_as_the_gather_does(monkeypatch):
+    from jev.model import mla
+
+    ids = torch.randint(0, 97, (3, 50), generator=GEN)
+    lengths = torch.tensor([50, 31, 17])
+    model = random_model(tiny_config(index_topk=12))
+    with torch.no_grad():
+        masked = model(ids, lengths=lengths)
+        cache = model.new_cache(3, 60)
+        masked_cached = model(ids, cache=cache, lengths=lengths)
+        monkeypatch.setattr(mla, "DENSE_PREFILL_MAX_KEYS", 0)
+        gathered = model(ids, lengths=lengths)
+    for row, n in enumerate(lengths.tolist()):
+        assert rel_err(masked[row, :n], gathered[row, :n]) <= 1e-5
+        assert rel_err(masked_cached[row, :n], gathered[row, :n]) <= 1e-5
+    mask = mla.selected_key_mask(torch.tensor([[[2, 0, -1]]]), 4)
+    assert mask.tolist() == [[[True, False, True, False]]]

@@ -9,7 +9,9 @@ head and past keys/values are never rebuilt. The softmax scale is `(qk_nope + qk
 (times YaRN's mscale^2) in both forms.
 
 When the indexer's `index_topk` is smaller than the number of visible keys, each query attends
-only to its top-k positions, gathered from the latent cache (`jev.kernels.ops.sparse_mla`).
+only to its top-k positions, gathered from the latent cache (`jev.kernels.ops.sparse_mla`); a
+prefill of at most DENSE_PREFILL_MAX_KEYS keys computes the same attention in the expanded form,
+masked to the selection.
 """
 
 from dataclasses import dataclass
@@ -24,6 +26,18 @@ from jev.model.config import ModelConfig
 from jev.model.indexer import Indexer
 from jev.model.norm import RMSNorm
 from jev.model.rope import rotate_interleaved, softmax_scale
+
+# A prefill (no past tokens) up to this many keys runs its sparse attention as dense attention
+# masked to the indexer's selection: the same softmax over the same keys, but batched matmuls
+# instead of gathering `[B, T, top-k, d_c + d_r]` latents, which costs more below a few thousand.
+DENSE_PREFILL_MAX_KEYS = 2048
+
+
+def selected_key_mask(top: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """`[B, T, n_keys]` bool: the keys in each query's top-k selection (`-1` entries select none)."""
+    mask = torch.zeros(*top.shape[:2], n_keys + 1, dtype=torch.bool, device=top.device)
+    mask.scatter_(-1, torch.where(top < 0, n_keys, top.long()), True)
+    return mask[..., :n_keys]
 
 
 @dataclass
@@ -86,8 +100,11 @@ class MLA(nn.Module):
             out = self.dense_training_attention(x, q_compressed, q_nope, q_rope, kv, batch)
         elif self.index_topk < batch.n_keys:
             top = self.indexer.select(x, q_compressed, index_key, batch.positions, batch.cos, batch.sin)
-            out_latent, _ = ops.sparse_mla(self.absorb_query(q_nope), q_rope, kv, top, self.scale)
-            out = self.expand_output(out_latent)
+            if batch.expanded and batch.n_keys <= DENSE_PREFILL_MAX_KEYS:
+                out = self.expanded_attention(q_nope, q_rope, kv, batch.positions, selected_key_mask(top, batch.n_keys))
+            else:
+                out_latent, _ = ops.sparse_mla(self.absorb_query(q_nope), q_rope, kv, top, self.scale)
+                out = self.expand_output(out_latent)
         elif batch.expanded:
             out = self.expanded_attention(q_nope, q_rope, kv, batch.positions)
         else:
@@ -109,15 +126,21 @@ class MLA(nn.Module):
         return torch.einsum("bthc,hvc->bthv", out_latent, self._up_projection()[1])
 
     def expanded_attention(
-        self, q_nope: torch.Tensor, q_rope: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor
+        self,
+        q_nope: torch.Tensor,
+        q_rope: torch.Tensor,
+        kv: torch.Tensor,
+        positions: torch.Tensor,
+        visible: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Dense causal attention among the new tokens with per-head K/V built from the latents."""
+        """Attention among the new tokens with per-head K/V built from the latents: causal, or over
+        the keys `visible [B, T, T]` marks (the indexer's selection)."""
         size, length = positions.shape
         latent, k_rope = kv[..., : self.d_latent], kv[..., self.d_latent :]
         k_nope, value = self.kv_b_proj(latent).view(size, length, self.n_heads, -1).split([self.d_nope, self.d_v], -1)
         key = torch.cat((k_nope, k_rope.unsqueeze(2).expand(-1, -1, self.n_heads, -1)), dim=-1)
         query = torch.cat((q_nope, q_rope), dim=-1)
-        visible = ops.causal_key_mask(positions, length)
+        visible = ops.causal_key_mask(positions, length) if visible is None else visible
         visible[..., 0] |= ~visible.any(-1)  # padding queries read key 0 rather than produce NaN
         out = F.scaled_dot_product_attention(
             query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
