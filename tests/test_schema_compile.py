@@ -115,7 +115,7 @@ def test_text_fields_carry_a_token_limit_into_the_layout() -> None:
     assert [(f.name, f.max_tokens) for f in spec.text_fields] == [("short", 8), ("free", DEFAULT_TEXT_TOKENS)]
     assert spec.layout()["fields"][0] == {"name": "short", "kind": "text", "values": [], "nullable": False,
                                           "max_tokens": 8}
-    assert compile_decision(Person).field("person.note").max_tokens == DEFAULT_TEXT_TOKENS
+    assert compile_decision(Person).field("note").max_tokens == DEFAULT_TEXT_TOKENS
     with pytest.raises(ValueError, match="positive int"):
         MaxTokens(0)
 

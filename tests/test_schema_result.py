@@ -15,7 +15,7 @@ PROBS = {
 
 def test_decided_is_subscriptable_and_validates_value_as_the_decision_model() -> None:
     decided = Decided[MailDecision](
-        value={"kind": "spam", "mailing_list": True, "reply": False},
+        value={"kind": "spam", "mailing_list": True, "reply": False, "subject": "Win"},
         probs=PROBS,
         usage=Usage(input_tokens=12, forward_passes=1),
         model={"name": "tiny"},
@@ -35,7 +35,7 @@ def test_decided_refuses_a_value_that_is_not_the_decision() -> None:
 
 def test_decided_round_trips_through_json() -> None:
     decided = Decided[MailDecision](
-        value=MailDecision(kind="easy_ham", mailing_list=False, reply=True),
+        value=MailDecision(kind="easy_ham", mailing_list=False, reply=True, subject="Re: lunch"),
         probs={"kind": PROBS["kind"]},
         usage=Usage(input_tokens=3, forward_passes=1, compute_ms=1.5),
     )

@@ -63,7 +63,9 @@ def test_mail_task() -> None:
         ("kind", "categorical", ("easy_ham", "hard_ham", "spam")),
         ("mailing_list", "bool", (False, True)),
         ("reply", "bool", (False, True)),
+        ("subject", "text", ()),
     ]
+    assert MAIL.spec.field("subject").max_tokens == 32
     assert list(MAIL.input_model.model_fields) == ["body"]
 
 
