@@ -66,3 +66,11 @@ def tiny_tokenizer() -> Tokenizer:
     tokenizer.train_from_iterator(text * 20, trainer)
     return tokenizer
 
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: on a shared 2-core machine, OpenMP waits cost more than they save."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

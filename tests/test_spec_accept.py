@@ -13,14 +13,7 @@ from jev.engine.accept import (
     warp,
 )
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine, OpenMP waits cost more than they save."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def settings(batch: int = 1, **kwargs) -> SamplingSettings:

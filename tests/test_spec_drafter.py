@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from conftest import random_model, tiny_config, tiny_tokenizer
 
 from jev.engine.drafters.autoregressive import AutoregressiveDrafter
@@ -17,13 +16,7 @@ from jev.train.tokenizer import save_tokenizer
 TEXT = ["Win a free cruise now!", "Meeting moved to Tuesday, see agenda.", "Re: patch for the kernel build"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine, OpenMP waits cost more than they save."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_drafter_command_distils_and_the_result_drafts(tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ from jev.engine.accept import SamplingSettings, sample_from, warp
 from jev.engine.drafters import Draft, ReadsTargetStates, load_drafter
 from jev.engine.drafters.autoregressive import AutoregressiveDrafter
 from jev.engine.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
-from jev.engine.generate import generate
+from jev.engine.generate import generate, prompt_heads
 from jev.engine.scheduler import LoadAwareScheduler, VerifyProfile
-from jev.model import Model
+from jev.model import LatentCache, Model
 from jev.train.drafter import add_drafter_command
 from jev.train.dspark import acceptance_outcomes, calibrate, fit_survival_calibration, survival_ece
 from jev.train.tokenizer import save_tokenizer
@@ -27,13 +27,7 @@ PROMPTS = [[(7 * i + 3 * j) % V for j in range(2 + (5 * i) % 11)] for i in range
 NEW = 16
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine, OpenMP waits cost more than they save."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -78,16 +72,19 @@ def test_greedy_speculative_equals_plain(target: Model, draft_len: int, markov_r
         torch.testing.assert_close(spec.cache.latent[:, row, :n], plain.cache.latent[:, row, :n], rtol=1e-9, atol=1e-9)
 
 
+def prefilled(target: Model, draft_len: int) -> tuple[LatentCache, torch.Tensor]:
+    """A cache holding every prompt but its last token, and the hidden state at each prompt's last cached token."""
+    cache = target.new_cache(len(PROMPTS), max(map(len, PROMPTS)) + NEW + draft_len + 1)
+    tokens, lengths = prompt_heads(PROMPTS)
+    states = target.hidden_states(tokens, cache=cache, lengths=lengths)
+    return cache, states[torch.arange(len(PROMPTS)), lengths - 1]
+
+
 def test_greedy_from_a_given_cache_starts_with_a_plain_step(target: Model) -> None:
     """No prefill pass runs, so the first round has no target state: it drafts nothing."""
     plain = generate(target, PROMPTS, NEW, temperature=0.0)
     draft_len = 3
-    cache = target.new_cache(len(PROMPTS), max(map(len, PROMPTS)) + NEW + draft_len + 1)
-    lengths = torch.tensor([len(p) - 1 for p in PROMPTS])
-    tokens = torch.zeros(len(PROMPTS), int(lengths.max()), dtype=torch.int64)
-    for row, prompt in enumerate(PROMPTS):
-        tokens[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
-    target(tokens, cache=cache, lengths=lengths)
+    cache, _ = prefilled(target, draft_len)
     spark = drafter(target)
     spec = generate(target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len, cache=cache)
     assert spec.tokens == plain.tokens
@@ -387,13 +384,7 @@ def test_no_markov_flag_trains_the_parallel_only_ablation(trained: Path) -> None
 def test_a_given_cache_with_its_hidden_states_drafts_from_the_first_round(target: Model) -> None:
     plain = generate(target, PROMPTS, NEW, temperature=0.0)
     draft_len = 3
-    cache = target.new_cache(len(PROMPTS), max(map(len, PROMPTS)) + NEW + draft_len + 1)
-    lengths = torch.tensor([len(p) - 1 for p in PROMPTS])
-    tokens = torch.zeros(len(PROMPTS), int(lengths.max()), dtype=torch.int64)
-    for row, prompt in enumerate(PROMPTS):
-        tokens[row, : len(prompt) - 1] = torch.tensor(prompt[:-1])
-    states = target.hidden_states(tokens, cache=cache, lengths=lengths)
-    hidden = states[torch.arange(len(PROMPTS)), lengths - 1]
+    cache, hidden = prefilled(target, draft_len)
     spark = drafter(target)
     spec = generate(
         target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len, cache=cache, hidden=hidden

@@ -13,13 +13,7 @@ PROMPTS = [[(7 * i + 3 * j) % 97 for j in range(1 + (5 * i) % 11)] for i in rang
 NEW = 20
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine, OpenMP waits cost more than they save."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

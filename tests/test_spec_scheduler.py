@@ -8,14 +8,7 @@ from jev.engine.drafters.autoregressive import AutoregressiveDrafter
 from jev.engine.generate import generate
 from jev.engine.scheduler import FixedLength, LoadAwareScheduler, VerifyProfile
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine, OpenMP waits cost more than they save."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def flat_then_linear(knee: int) -> VerifyProfile:

@@ -70,13 +70,7 @@ LEAN = dict(
 LEAN_SCALE = 6.0
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine, OpenMP waits cost more than they save."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def peaked_model(layers: int, seed: int, shape: dict[str, int] = SMALL, scale: float = 3.0) -> Model:
