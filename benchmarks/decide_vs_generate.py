@@ -93,20 +93,20 @@ def timings(decider: Decider, outlines: OutlinesDecider, task: Task, ids: list[l
     for name, run in paths.items():
         one_ms, singles = timed(run, in_batches(ids, 1))
         many_ms, _ = timed(run, in_batches(ids, BATCH))
-        passes = _passes(name, singles, len(answer.syntax))
+        passes = _passes(name, singles, len(task.spec.closed_fields))
         result[name] = {"ms_batch_1": one_ms, f"ms_batch_{BATCH}": many_ms, **passes}
     return result
 
 
-def _passes(name: str, singles: list[Any], n_syntax: int) -> dict[str, float]:
+def _passes(name: str, singles: list[Any], n_fields: int) -> dict[str, float]:
     """Mean sequential passes and tokens written per decision at batch 1."""
     if name == "heads":
         return {"passes": 1.0, "tokens": 0.0}
     if name == "outlines":
         return {"passes": float(np.mean([r[0].forward_passes for r in singles])),
                 "tokens": float(np.mean([r[0].new_tokens for r in singles]))}
-    extra = 1 if name == "jev_generate_exact" else 0
-    return {"passes": float(np.mean([w.forward_passes + extra * (n_syntax - 1) for w in singles])),
+    scoring = n_fields if name == "jev_generate_exact" else 0  # one batched scoring pass per closed field
+    return {"passes": float(np.mean([w.forward_passes + scoring for w in singles])),
             "tokens": float(np.mean([w.answer_tokens[0] for w in singles]))}
 
 

@@ -128,19 +128,20 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
 
-    target = Model.from_pretrained(args.target).eval()
+    if args.prompts == "subject":
+        decider = Decider.load(args.target, check_policies=False, speculative=False)
+        target = decider.model
+        prompts, stop = subject_prompts(decider, args.data, max(args.batches) + WARM_UP)
+    else:
+        target = Model.from_pretrained(args.target).eval()
+        prompts = mail_prompts(args.data, load_tokenizer(args.target), max(args.batches) + WARM_UP, args.prompt_tokens)
+        stop = frozenset()
     drafter_path = args.drafter or args.target / "drafter"
     drafter = load_drafter(drafter_path, target)
     most = getattr(drafter, "max_draft_len", max(args.draft_lens))
     if any(k > most for k in args.draft_lens):
         print(f"skipping draft lengths above {most}: the drafter drafts at most {most} tokens per pass")
         args.draft_lens = [k for k in args.draft_lens if k <= most]
-    if args.prompts == "subject":
-        decider = Decider.load(args.target, check_policies=False)
-        prompts, stop = subject_prompts(decider, args.data, max(args.batches) + WARM_UP)
-    else:
-        prompts = mail_prompts(args.data, load_tokenizer(args.target), max(args.batches) + WARM_UP, args.prompt_tokens)
-        stop = frozenset()
     longest = max(args.draft_lens)
     totals = sorted({1, *(b * (k + 1) for b in args.batches for k in (0, *args.draft_lens))})
     scheduler = LoadAwareScheduler(VerifyProfile.measure(target, totals, context=args.prompt_tokens, width=longest + 1))

@@ -93,7 +93,8 @@ def write_answers(
     written = WrittenAnswers({}, {}, {} if exact else None, 0, [len(answer.syntax[0])] * batch)
     for i, spec in enumerate(fields):
         after = answer.syntax[i + 1]
-        trie = ValueTrie([[*ids, after[0]] for ids in answer.choices(spec)])
+        choices = answer.choices(spec)
+        trie = ValueTrie([[*ids, after[0]] for ids in choices])
         if written.exact is not None:
             written.exact[spec.name] = _exact(model, cache, pending, trie.sequences)
         chosen = np.full(batch, -1)
@@ -130,7 +131,7 @@ def write_answers(
         written.first_token[spec.name] = first
         syntax_after = len(after) if i < len(fields) - 1 else 0
         for row in range(batch):
-            written.answer_tokens[row] += len(answer.choices(spec)[chosen[row]]) + syntax_after
+            written.answer_tokens[row] += len(choices[chosen[row]]) + syntax_after
     return written
 
 

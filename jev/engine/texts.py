@@ -72,8 +72,7 @@ def write_texts(
     batch = len(token_ids)
     cache.truncate([len(ids) for ids in token_ids])
     prompts = [[*ids, *answer.text_prefix(values)] for ids, values in zip(token_ids, closed, strict=True)]
-    written = WrittenTexts(texts=[{} for _ in range(batch)], generated_tokens=[0] * batch)
-    written.truncated = [[] for _ in range(batch)]
+    written = WrittenTexts([{} for _ in range(batch)], [0] * batch, truncated=[[] for _ in range(batch)])
     n_closed = len(answer.spec.closed_fields)
     for i, spec in enumerate(answer.spec.text_fields):
         hidden = _feed(model, cache, prompts)
