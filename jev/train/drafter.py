@@ -195,19 +195,17 @@ def _run_drafter(args: argparse.Namespace) -> int:
         args.corpus = AnswerDocuments(args.task, args.corpus)
     if args.kind == "dspark":
         return _run_dspark(args, target_config)
-    settings = DrafterSettings(
-        target=args.target,
-        texts=args.corpus,
-        out=args.out,
-        config=drafter_config(target_config, args.layers, args.hidden_size),
-        block_size=args.block_size,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        lr=args.lr,
-        seed=args.seed,
-    )
+    settings = DrafterSettings(config=drafter_config(target_config, args.layers, args.hidden_size), **_shared(args))
     print(f"wrote the drafter to {distill(settings)}")
     return 0
+
+
+def _shared(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings both drafter kinds take from the command line."""
+    return {
+        "target": args.target, "texts": args.corpus, "out": args.out, "block_size": args.block_size,
+        "batch_size": args.batch_size, "steps": args.steps, "lr": args.lr, "seed": args.seed,
+    }
 
 
 def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
@@ -219,17 +217,6 @@ def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
         positions=args.positions,
         markov_rank=0 if args.no_markov else args.markov_rank,
     )
-    settings = DSparkSettings(
-        target=args.target,
-        texts=args.corpus,
-        out=args.out,
-        config=config,
-        block_size=args.block_size,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        lr=args.lr,
-        seed=args.seed,
-        anchors=args.anchors,
-    )
+    settings = DSparkSettings(config=config, anchors=args.anchors, **_shared(args))
     print(f"wrote the DSpark drafter to {distill_dspark(settings)}")
     return 0
