@@ -1,27 +1,43 @@
 """Does teaching the language model to write the answer cost the heads anything? Raw head scores on test.
 
-Compares decider folders that differ only in their training objective, e.g. the same base
-continued for one epoch with and without `--answer-weight`:
+Compares arms of decider folders that differ only in their training objective, each arm one or
+more training seeds, e.g. the same base continued for one epoch with and without `--answer-weight`:
 
-    python -m benchmarks.answer_ablation --models runs/cont-heads runs/cont-answer
+    python -m benchmarks.answer_ablation --arm w0=runs/cont-heads,runs/cont-heads-s1 \
+        --arm w0.3=runs/cont-answer03,runs/cont-answer03-s1
+
+The first arm is the baseline. Each other arm's accuracy difference comes with a 95% paired
+bootstrap interval over test rows (a row's correctness averaged over the arm's seeds), which
+measures how much the test split's sampling alone could move it; the spread between seeds shows
+how much training noise does.
 """
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.report import write_results
-from jev.calibration.metrics import accuracy, nll
+from jev.calibration.metrics import nll
 from jev.engine.decider import Decider
 from jev.train.calibrate import raw_probabilities
 from jev.train.examples import read_examples
 
 TASKS = ("mail", "chat")
+BOOTSTRAP_SAMPLES = 10_000
 
 
-def head_scores(folder: Path, data: Path) -> dict[str, dict[str, float]]:
-    """Raw accuracy and NLL of every closed field on the test splits."""
+@dataclass
+class FieldScores:
+    """One folder's raw head scores on one field: each test row's correctness, and the NLL."""
+
+    correct: np.ndarray
+    nll: float
+
+
+def head_scores(folder: Path, data: Path) -> dict[str, FieldScores]:
+    """Per-row correctness and NLL of every closed field on the test splits."""
     decider = Decider.load(folder, check_policies=False)
     scores = {}
     for name in TASKS:
@@ -30,27 +46,67 @@ def head_scores(folder: Path, data: Path) -> dict[str, dict[str, float]]:
         raw = raw_probabilities(decider, task, examples)
         for spec in task.spec.closed_fields:
             y = np.array([e.label[spec.name] for e in examples])
-            scores[f"{name}.{spec.name}"] = {"accuracy": accuracy(raw[spec.name], y), "nll": nll(raw[spec.name], y)}
+            scores[f"{name}.{spec.name}"] = FieldScores(raw[spec.name].argmax(axis=1) == y, nll(raw[spec.name], y))
     return scores
+
+
+def paired_interval(correct: np.ndarray, baseline: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of mean(correct - baseline), resampling rows with their pairs."""
+    diff = correct.astype(float) - baseline.astype(float)
+    rows = np.random.default_rng(seed).integers(0, len(diff), (BOOTSTRAP_SAMPLES, len(diff)))
+    low, high = np.quantile(diff[rows].mean(axis=1), [0.025, 0.975])
+    return float(low), float(high)
+
+
+def parse_arm(text: str) -> tuple[str, list[Path]]:
+    name, _, folders = text.partition("=")
+    if not name or not folders:
+        raise argparse.ArgumentTypeError(f"expected NAME=FOLDER[,FOLDER...], got {text!r}")
+    return name, [Path(f) for f in folders.split(",")]
+
+
+def summarise(arms: dict[str, list[dict[str, FieldScores]]]) -> tuple[dict, str]:
+    """Per arm and field: mean accuracy over seeds, each seed's accuracy, mean NLL, and the paired
+    difference from the first arm with its bootstrap interval."""
+    names = list(arms)
+    fields = list(arms[names[0]][0])
+    per_row = {arm: {f: np.mean([s[f].correct for s in runs], axis=0) for f in fields} for arm, runs in arms.items()}
+    results: dict[str, dict] = {}
+    lines = ["| field | " + " | ".join(f"`{a}` acc % (per seed) / NLL" for a in names)
+             + "".join(f" | `{a}` - `{names[0]}` [95% CI], points" for a in names[1:]) + " |",
+             "|---|" + "---|" * (2 * len(names) - 1)]
+    for field in fields:
+        cells, deltas = [], []
+        for arm, runs in arms.items():
+            seeds = [100 * s[field].correct.mean() for s in runs]
+            mean_nll = float(np.mean([s[field].nll for s in runs]))
+            entry = {"accuracy": float(np.mean(seeds)), "seeds": seeds, "nll": mean_nll}
+            cells.append(f"{np.mean(seeds):.1f} ({', '.join(f'{a:.1f}' for a in seeds)}) / {mean_nll:.3f}")
+            if arm != names[0]:
+                low, high = paired_interval(per_row[arm][field], per_row[names[0]][field])
+                delta = entry["accuracy"] - results[names[0]][field]["accuracy"]
+                entry["difference"] = {"points": delta, "ci95": [100 * low, 100 * high]}
+                deltas.append(f"{delta:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]")
+            results.setdefault(arm, {})[field] = entry
+        lines.append(f"| {field} | " + " | ".join(cells + deltas) + " |")
+    return results, "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", type=Path, nargs="+", required=True)
+    parser.add_argument("--arm", type=parse_arm, action="append", required=True,
+                        help="NAME=FOLDER[,FOLDER...]: one folder per training seed; the first arm is the baseline")
     parser.add_argument("--data", type=Path, default=Path("data"))
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    results = {str(folder): head_scores(folder, args.data) for folder in args.models}
-    fields = list(next(iter(results.values())))
-    header = "| field | " + " | ".join(f"`{m}` acc % / NLL" for m in results) + " |"
-    lines = [header, "|---|" + "---|" * len(results)]
-    for field in fields:
-        cells = [f"{100 * r[field]['accuracy']:.1f} / {r[field]['nll']:.3f}" for r in results.values()]
-        lines.append(f"| {field} | " + " | ".join(cells) + " |")
-    markdown = "Raw heads (before calibration) on the test splits.\n\n" + "\n".join(lines)
+    arms = {name: [head_scores(folder, args.data) for folder in folders] for name, folders in args.arm}
+    results, table = summarise(arms)
+    folders = {name: [str(f) for f in fs] for name, fs in args.arm}
+    markdown = ("Raw heads (before calibration) on the test splits; intervals are paired bootstraps over test rows."
+                "\n\n" + table)
     print(markdown)
     if not args.no_write:
-        write_results("answer_ablation", {"models": results}, markdown)
+        write_results("answer_ablation", {"arms": folders, "fields": results}, markdown)
 
 
 if __name__ == "__main__":
