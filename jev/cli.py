@@ -73,11 +73,6 @@ def _add_decide_training(train: argparse._SubParsersAction) -> None:
         default=0.0,
         help="weight of the language-modelling loss on each row's answer written as JSON (0: heads only)",
     )
-    parser.add_argument(
-        "--project-answer",
-        action="store_true",
-        help="drop the part of the answer loss's gradient that conflicts with the heads' (PCGrad)",
-    )
     parser.add_argument("--skip-invalid", action="store_true", help="drop rows that fail validation")
     parser.set_defaults(func=_run_decide_training)
 
@@ -95,7 +90,7 @@ def _run_decide_training(args: argparse.Namespace) -> int:
         DecideSettings(
             tasks=tasks, base=args.base, out=args.out, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
             max_input_tokens=args.max_input_tokens, seed=args.seed, skip_invalid=args.skip_invalid,
-            answer_weight=args.answer_weight, project_answer=args.project_answer,
+            answer_weight=args.answer_weight,
         )
     )
     print(f"wrote a decider to {out}")

@@ -8,8 +8,6 @@ and the epoch with the lowest validation loss of the heads kept.
 With `answer_weight > 0` the language model also learns to write each row's answer as JSON after
 its input (`jev.schema.answer`; text fields included), so the checkpoint can answer by generating
 too and can write its text fields. That loss is added with this weight and reported per epoch.
-With `project_answer` its gradient is first projected off the decision loss's when they conflict
-(`jev.train.projection`), so the answer objective cannot pull the heads' loss up.
 """
 
 import copy
@@ -29,12 +27,11 @@ from jev.engine.bundle import HEADS_FILE, Manifest, head_layouts, load_heads, lo
 from jev.engine.decider import Decider
 from jev.engine.decision import DecisionModel
 from jev.model import Model
-from jev.schema import JevError, Task
+from jev.schema import Task
 from jev.train.distributed import Distributed
 from jev.train.examples import Example, read_examples
 from jev.train.lm import PROVENANCE_FILE as LM_PROVENANCE_FILE
 from jev.train.optim import build_optimizer, lr_at
-from jev.train.projection import set_projected_gradients
 
 
 @dataclass
@@ -60,7 +57,6 @@ class DecideSettings:
     max_input_tokens: int = 256
     indexer_weight: float = 1.0
     answer_weight: float = 0.0
-    project_answer: bool = False
     seed: int = 0
     skip_invalid: bool = False
 
@@ -70,7 +66,7 @@ class DecideSettings:
             "base": str(self.base), "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
             "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
             "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight,
-            "answer_weight": self.answer_weight, "project_answer": self.project_answer, "seed": self.seed,
+            "answer_weight": self.answer_weight, "seed": self.seed,
             "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid)}
                       for d in self.tasks},
         }
@@ -156,8 +152,6 @@ def train_decisions(settings: DecideSettings) -> Path:
 
 def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     """The training loop; returns the decider with the best epoch's weights (the same on every rank)."""
-    if settings.project_answer and settings.answer_weight <= 0:
-        raise JevError("--project-answer needs an answer objective: set --answer-weight above 0")
     torch.manual_seed(settings.seed)
     rng = random.Random(settings.seed)
     model = Model.from_pretrained(settings.base).train()
@@ -182,15 +176,13 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
 
     network = decider.decision_model.train()
     # A step reaches one task's heads and never the LM head; DDP must be told to expect unused parameters.
-    # Projection takes each loss's gradient on its own and averages them itself, so it bypasses DDP.
-    trainer = network if settings.project_answer else ddp.wrap(network, find_unused_parameters=True)
-    params = [p for p in network.parameters() if p.requires_grad]
+    trainer = ddp.wrap(network, find_unused_parameters=True)
     optimizer = build_optimizer(network, settings.lr, settings.weight_decay, betas=(0.9, 0.95))
     by_name = {data.task.name: data.task for data in settings.tasks}
     steps_per_epoch = sum(math.ceil(len(s.train) / settings.batch_size) for s in splits.values())
     total = steps_per_epoch * settings.epochs
     best_loss, best_state, history = math.inf, None, []
-    step, tokens, projected, started = 0, 0, 0, time.perf_counter()
+    step, tokens, started = 0, 0, time.perf_counter()
     progress = tqdm(total=total, desc="train decide", unit="step", disable=not ddp.is_main)
     for epoch in range(settings.epochs):
         plan = [(name, batch) for name, s in splits.items() for batch in batches(s.train, settings.batch_size, rng)]
@@ -202,12 +194,10 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
             outputs = trainer(name, [e.token_ids for e in shard], training=True, answers=answers_of(shard))
             task_loss = field_losses(by_name[name], outputs.logits, shard)
             loss = task_loss + settings.indexer_weight * outputs.indexer_loss
-            answer_loss = None if outputs.answer_loss is None else settings.answer_weight * outputs.answer_loss
+            if outputs.answer_loss is not None:
+                loss = loss + settings.answer_weight * outputs.answer_loss
             optimizer.zero_grad(set_to_none=True)
-            if settings.project_answer:
-                projected += set_projected_gradients(params, loss, answer_loss, ddp)
-            else:
-                (loss if answer_loss is None else loss + answer_loss).backward()
+            loss.backward()
             torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
             optimizer.step()
             step += 1
@@ -219,8 +209,6 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
         scores = {name: evaluate(network, by_name[name], s.valid, settings.batch_size) for name, s in splits.items()}
         mean_loss = sum(s["loss"] for s in scores.values()) / len(scores)
         history.append({"epoch": epoch + 1, "step": step, **{n: s for n, s in scores.items()}})
-        if settings.project_answer:
-            history[-1]["projected_steps"] = projected
         if ddp.is_main:
             progress.write(f"epoch {epoch + 1}: valid {scores}")
         if mean_loss < best_loss:
