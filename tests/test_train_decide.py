@@ -117,3 +117,15 @@ def test_answer_objective_learns_the_json_and_continues_a_deciders_heads(base, t
     first = json.loads(train.read_text().splitlines()[0])
     written = tokenizer.decode(examples[0].answer_ids)
     assert json.loads(written) == {**first["label"], "subject": first["subject"]}
+
+
+def test_the_indexers_learn_from_the_decision_pass_only(base):
+    """The answer pass adds its language-modelling loss and nothing to the indexers' KL loss, whose
+    top-k selection the heads are served with."""
+    decider = Decider.new(Model.from_pretrained(base), tiny_tokenizer(), {"schemas.mail:TASK": MAIL}, 32)
+    network = decider.decision_model.train()
+    ids, answers = [[5, 6, 7, 8, 9, 10], [11, 12, 13]], [[20, 21, 22], [23, 24]]
+    plain = network("mail", ids, training=True)
+    both = network("mail", ids, training=True, answers=answers)
+    assert torch.equal(plain.indexer_loss, both.indexer_loss)
+    assert both.answer_loss > 0

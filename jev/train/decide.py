@@ -121,7 +121,7 @@ def evaluate(model: DecisionModel, task: Task, examples: list[Example], batch_si
             logits = model(task.name, [e.token_ids for e in batch]).logits
             answers = answers_of(batch)
             if answers is not None:
-                answer_loss += float(model.answer_loss([e.token_ids for e in batch], answers)[0]) * len(batch)
+                answer_loss += float(model.answer_loss([e.token_ids for e in batch], answers)) * len(batch)
             loss += float(field_losses(task, logits, batch)) * len(batch)
             for spec, field_logits in zip(task.spec.closed_fields, logits, strict=True):
                 target = torch.tensor([e.label[spec.name] for e in batch])
