@@ -9,7 +9,8 @@ more training seeds, e.g. the same base continued for one epoch with and without
 The first arm is the baseline. Each other arm's accuracy difference comes with a 95% paired
 bootstrap interval over test rows (a row's correctness averaged over the arm's seeds), which
 measures how much the test split's sampling alone could move it; the spread between seeds shows
-how much training noise does.
+how much training noise does. `--dense` scores with every key selected instead of the indexers'
+top-k, which separates what the backbone learned from what the indexers' selection costs.
 """
 
 import argparse
@@ -36,9 +37,13 @@ class FieldScores:
     nll: float
 
 
-def head_scores(folder: Path, data: Path) -> dict[str, FieldScores]:
+def head_scores(folder: Path, data: Path, dense: bool = False) -> dict[str, FieldScores]:
     """Per-row correctness and NLL of every closed field on the test splits."""
     decider = Decider.load(folder, check_policies=False)
+    if dense:
+        for module in decider.model.modules():
+            if hasattr(module, "index_topk"):
+                module.index_topk = decider.model.config.max_position_embeddings
     scores = {}
     for name in TASKS:
         task = decider.tasks[name]
@@ -97,16 +102,19 @@ def main() -> None:
     parser.add_argument("--arm", type=parse_arm, action="append", required=True,
                         help="NAME=FOLDER[,FOLDER...]: one folder per training seed; the first arm is the baseline")
     parser.add_argument("--data", type=Path, default=Path("data"))
+    parser.add_argument("--dense", action="store_true", help="attend to every key, not the indexers' top-k")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    arms = {name: [head_scores(folder, args.data) for folder in folders] for name, folders in args.arm}
+    arms = {name: [head_scores(folder, args.data, args.dense) for folder in folders] for name, folders in args.arm}
     results, table = summarise(arms)
     folders = {name: [str(f) for f in fs] for name, fs in args.arm}
-    markdown = ("Raw heads (before calibration) on the test splits; intervals are paired bootstraps over test rows."
-                "\n\n" + table)
+    attention = "dense attention (every key)" if args.dense else "the indexers' top-k attention, as served"
+    markdown = (f"Raw heads (before calibration) on the test splits, with {attention}; intervals are paired "
+                "bootstraps over test rows.\n\n" + table)
     print(markdown)
     if not args.no_write:
-        write_results("answer_ablation", {"arms": folders, "fields": results}, markdown)
+        name = "answer_ablation_dense" if args.dense else "answer_ablation"
+        write_results(name, {"arms": folders, "dense": args.dense, "fields": results}, markdown)
 
 
 if __name__ == "__main__":
