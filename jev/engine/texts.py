@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from jev.engine.answer import AnswerTokens
 from jev.engine.drafters import Drafter
-from jev.engine.generate import generate
+from jev.engine.generate import generate, prompt_heads
 from jev.engine.scheduler import VerifyPolicy
 from jev.model import LatentCache, Model
 from jev.schema.answer import parse_text
@@ -103,16 +103,12 @@ def _feed(model: Model, cache: LatentCache, prompts: list[list[int]]) -> torch.T
     """Read every prompt's tokens the cache lacks, but the last, in one pass. Returns the hidden
     state `[B, D]` at each prompt's last cached token (for a drafter that reads target states), or
     None when some prompt had nothing to read and no pass ran for it."""
-    have = cache.lengths.tolist()
-    missing = [prompt[n : len(prompt) - 1] for prompt, n in zip(prompts, have, strict=True)]
-    if min(len(m) for m in missing) == 0:
-        if max(len(m) for m in missing):
+    unread = [prompt[n:] for prompt, n in zip(prompts, cache.lengths.tolist(), strict=True)]
+    if min(map(len, unread)) <= 1:
+        if max(map(len, unread)) > 1:
             raise ValueError("text prompts must all need reading, or none")
         return None
-    tokens = torch.zeros(len(prompts), max(len(m) for m in missing), dtype=torch.int64)
-    for row, ids in enumerate(missing):
-        tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
-    lengths = torch.tensor([len(m) for m in missing])
+    tokens, lengths = prompt_heads(unread)
     states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths.to(model.device))
     return states[torch.arange(len(prompts), device=states.device), (lengths - 1).to(states.device)]
 
