@@ -62,6 +62,32 @@ def test_requests_arriving_together_share_a_pass_and_keep_their_answers():
     assert [len(ids) for _, ids in engine.batches] == [4, 4, 2]
 
 
+def test_a_pass_is_counted_before_its_answers_leave():
+    engine, seen = FakeEngine(), []
+
+    def slow_count(stats) -> None:
+        time.sleep(0.2)  # with answers sent first, the caller would read the metrics before this returns
+        seen.append(stats.size)
+
+    async def body(batcher):
+        await asyncio.gather(*batcher.submit(TICKET, [encoded(1), encoded(2)], far()))
+        return list(seen)
+
+    assert run_batcher(engine, body, on_batch=slow_count) == [2]
+
+
+def test_a_failing_pass_callback_still_delivers_the_answers():
+    def broken(stats) -> None:
+        raise RuntimeError("metrics down")
+
+    async def body(batcher):
+        first = await asyncio.gather(*batcher.submit(TICKET, [encoded(1)], far()))
+        second = await asyncio.gather(*batcher.submit(TICKET, [encoded(2)], far()))
+        return [value for value, _ in first + second]
+
+    assert run_batcher(FakeEngine(), body, on_batch=broken) == [("ticket", 1), ("ticket", 2)]
+
+
 def test_a_lone_request_waits_at_most_max_wait():
     engine = FakeEngine()
 

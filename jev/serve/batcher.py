@@ -9,6 +9,7 @@ whole if the engine itself fails. Answers go back through each caller's own even
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 
 from jev.engine.decider import Encoded
 from jev.schema import Decided, JevError, Task
+
+_log = logging.getLogger(__name__)
 
 
 class QueueFullError(JevError):
@@ -177,9 +180,12 @@ class Batcher:
             return
         compute_s = time.perf_counter() - start
         queue_s = [start - job.enqueued for job in live]
+        try:  # counted before any answer leaves, so a caller who has its answer sees it in the metrics
+            self._on_batch(BatchStats(live[0].task, len(live), queue_s, compute_s, results))
+        except Exception:  # a metrics failure must not lose the answers
+            _log.exception("on_batch failed")
         for job, result, waited in zip(live, results, queue_s, strict=True):
             _settle(job, value=(result, 1e3 * waited))
-        self._on_batch(BatchStats(live[0].task, len(live), queue_s, compute_s, results))
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
