@@ -73,6 +73,10 @@ def _add_decide_training(train: argparse._SubParsersAction) -> None:
         default=0.0,
         help="weight of the language-modelling loss on each row's answer written as JSON (0: heads only)",
     )
+    parser.add_argument(
+        "--task-answer-weight", action="append", default=[], metavar="NAME=W",
+        help="a task's own answer-loss weight, by the task's name (e.g. mail=0.1); repeatable",
+    )
     parser.add_argument("--skip-invalid", action="store_true", help="drop rows that fail validation")
     parser.set_defaults(func=_run_decide_training)
 
@@ -82,10 +86,14 @@ def _run_decide_training(args: argparse.Namespace) -> int:
 
     if not len(args.task) == len(args.data) == len(args.valid):
         raise JevError("give one --data and one --valid for each --task, in the same order")
+    overrides = _task_weights(args.task_answer_weight)
     tasks = [
-        TaskData(reference, load_task(reference), train, valid)
+        TaskData(reference, task, train, valid, overrides.pop(task.name, None))
         for reference, train, valid in zip(args.task, args.data, args.valid, strict=True)
+        for task in [load_task(reference)]
     ]
+    if overrides:
+        raise JevError(f"--task-answer-weight names tasks this run does not train: {sorted(overrides)}")
     out = train_decisions(
         DecideSettings(
             tasks=tasks, base=args.base, out=args.out, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
@@ -95,6 +103,20 @@ def _run_decide_training(args: argparse.Namespace) -> int:
     )
     print(f"wrote a decider to {out}")
     return 0
+
+
+def _task_weights(entries: list[str]) -> dict[str, float]:
+    """`NAME=W` entries as {name: weight}; a malformed entry is a clear error, not a traceback."""
+    weights = {}
+    for entry in entries:
+        name, _, value = entry.partition("=")
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise JevError(f"--task-answer-weight wants NAME=W with W a number, got {entry!r}") from None
+        if not name or weights[name] < 0:
+            raise JevError(f"--task-answer-weight wants NAME=W with a task name and W >= 0, got {entry!r}")
+    return weights
 
 
 def _add_decide(commands: argparse._SubParsersAction) -> None:

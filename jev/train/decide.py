@@ -7,7 +7,8 @@ and the epoch with the lowest validation loss of the heads kept.
 
 With `answer_weight > 0` the language model also learns to write each row's answer as JSON after
 its input (`jev.schema.answer`; text fields included), so the checkpoint can answer by generating
-too and can write its text fields. That loss is added with this weight and reported per epoch.
+too and can write its text fields. That loss is added with this weight (a task may set its own)
+and reported per epoch.
 """
 
 import copy
@@ -42,6 +43,7 @@ class TaskData:
     task: Task
     train: Path
     valid: Path
+    answer_weight: float | None = None  # this task's answer-loss weight, when not the run's `answer_weight`
 
 
 @dataclass
@@ -67,9 +69,12 @@ class DecideSettings:
             "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
             "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight,
             "answer_weight": self.answer_weight, "seed": self.seed,
-            "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid)}
-                      for d in self.tasks},
+            "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid),
+                                    "answer_weight": self.answer_weight_of(d)} for d in self.tasks},
         }
+
+    def answer_weight_of(self, data: TaskData) -> float:
+        return self.answer_weight if data.answer_weight is None else data.answer_weight
 
 
 @dataclass
@@ -166,7 +171,8 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
 
     splits = {}
     for data in settings.tasks:
-        answer = AnswerTokens(data.task.spec, decider.tokenizer).encode if settings.answer_weight > 0 else None
+        weight = settings.answer_weight_of(data)
+        answer = AnswerTokens(data.task.spec, decider.tokenizer).encode if weight > 0 else None
         train, skipped = read_examples(data.train, data.task, encode, settings.skip_invalid, answer)
         valid, skipped_valid = read_examples(data.valid, data.task, encode, settings.skip_invalid, answer)
         splits[data.task.name] = TaskSplits(train, valid, skipped + skipped_valid)
@@ -179,6 +185,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     trainer = ddp.wrap(network, find_unused_parameters=True)
     optimizer = build_optimizer(network, settings.lr, settings.weight_decay, betas=(0.9, 0.95))
     by_name = {data.task.name: data.task for data in settings.tasks}
+    answer_weights = {data.task.name: settings.answer_weight_of(data) for data in settings.tasks}
     steps_per_epoch = sum(math.ceil(len(s.train) / settings.batch_size) for s in splits.values())
     total = steps_per_epoch * settings.epochs
     best_loss, best_state, history = math.inf, None, []
@@ -195,7 +202,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
             task_loss = field_losses(by_name[name], outputs.logits, shard)
             loss = task_loss + settings.indexer_weight * outputs.indexer_loss
             if outputs.answer_loss is not None:
-                loss = loss + settings.answer_weight * outputs.answer_loss
+                loss = loss + answer_weights[name] * outputs.answer_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(network.parameters(), 1.0)
