@@ -129,3 +129,28 @@ def test_the_indexers_learn_from_the_decision_pass_only(base):
     both = network("mail", ids, training=True, answers=answers)
     assert torch.equal(plain.indexer_loss, both.indexer_loss)
     assert both.answer_loss > 0
+
+
+@pytest.mark.parametrize(("run_weight", "task_weight"), [(1.0, 0.0), (0.0, 1.0)])
+def test_a_task_may_set_its_own_answer_weight(base, tmp_path, run_weight, task_weight):
+    run = settings(base, tmp_path / "out", train=_with_subjects(FIXTURES / "train.jsonl", tmp_path / "train.jsonl"),
+                   epochs=1, answer_weight=run_weight)
+    run.tasks[0].valid = _with_subjects(FIXTURES / "valid.jsonl", tmp_path / "valid.jsonl")
+    run.tasks[0].answer_weight = task_weight
+    record = json.loads((train_decisions(run) / "jev.json").read_text())["training"]
+    assert record["settings"]["tasks"]["mail"]["answer_weight"] == task_weight
+    assert ("answer_loss" in record["epochs"][0]["mail"]) == (task_weight > 0)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [("mail", "W a number"), ("mail=x", "W a number"), ("=0.1", "a task name"), ("mail=-1", "W >= 0"),
+     ("chat=0.1", "does not train: ['chat']")],
+)
+def test_task_answer_weights_that_cannot_apply_are_refused(tmp_path, capsys, entry, message):
+    from jev.cli import main
+
+    train = str(FIXTURES / "train.jsonl")
+    code = main(["train", "decide", "--task", "schemas.mail:TASK", "--data", train, "--valid", train,
+                 "--out", str(tmp_path / "out"), "--task-answer-weight", entry])
+    assert code != 0 and message in capsys.readouterr().err
