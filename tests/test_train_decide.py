@@ -12,7 +12,6 @@ from safetensors.torch import load_file
 
 from jev import Decider
 from jev.model import Model
-from jev.schema import JevError
 from jev.train.decide import DecideSettings, TaskData, train_decisions
 from jev.train.examples import InvalidRowsError
 from schemas.mail import TASK as MAIL
@@ -155,14 +154,3 @@ def test_task_answer_weights_that_cannot_apply_are_refused(tmp_path, capsys, ent
     code = main(["train", "decide", "--task", "schemas.mail:TASK", "--data", train, "--valid", train,
                  "--out", str(tmp_path / "out"), "--task-answer-weight", entry])
     assert code != 0 and message in capsys.readouterr().err
-
-
-def test_a_frozen_backbone_trains_only_the_heads(base, tmp_path):
-    heads = train_decisions(settings(base, tmp_path / "heads", epochs=1))
-    refit = train_decisions(settings(heads, tmp_path / "refit", epochs=1, freeze_backbone=True))
-    before, after = load_file(heads / "model.safetensors"), load_file(refit / "model.safetensors")
-    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
-    old, new = load_file(heads / "heads.safetensors"), load_file(refit / "heads.safetensors")
-    assert any(not torch.equal(old[k], new[k]) for k in old)
-    with pytest.raises(JevError, match="frozen backbone"):
-        train_decisions(settings(heads, tmp_path / "both", epochs=1, freeze_backbone=True, answer_weight=0.3))

@@ -28,7 +28,7 @@ from jev.engine.bundle import HEADS_FILE, Manifest, head_layouts, load_heads, lo
 from jev.engine.decider import Decider
 from jev.engine.decision import DecisionModel
 from jev.model import Model
-from jev.schema import JevError, Task
+from jev.schema import Task
 from jev.train.distributed import Distributed
 from jev.train.examples import Example, read_examples
 from jev.train.lm import PROVENANCE_FILE as LM_PROVENANCE_FILE
@@ -59,7 +59,6 @@ class DecideSettings:
     max_input_tokens: int = 256
     indexer_weight: float = 1.0
     answer_weight: float = 0.0
-    freeze_backbone: bool = False
     seed: int = 0
     skip_invalid: bool = False
 
@@ -69,7 +68,7 @@ class DecideSettings:
             "base": str(self.base), "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
             "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
             "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight,
-            "answer_weight": self.answer_weight, "freeze_backbone": self.freeze_backbone, "seed": self.seed,
+            "answer_weight": self.answer_weight, "seed": self.seed,
             "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid),
                                     "answer_weight": self.answer_weight_of(d)} for d in self.tasks},
         }
@@ -164,10 +163,6 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     tasks = {data.reference: data.task for data in settings.tasks}
     decider = Decider.new(model, load_tokenizer(settings.base), tasks, settings.max_input_tokens)
     continued = _continue_heads(decider, settings.base)
-    if settings.freeze_backbone:
-        if any(settings.answer_weight_of(data) > 0 for data in settings.tasks):
-            raise JevError("a frozen backbone cannot learn to write answers: drop the answer weight")
-        model.requires_grad_(False)
     if continued and ddp.is_main:
         print(f"continuing the heads of {sorted(continued)} from {settings.base}")
 
