@@ -77,11 +77,6 @@ def _add_decide_training(train: argparse._SubParsersAction) -> None:
         "--task-answer-weight", action="append", default=[], metavar="NAME=W",
         help="a task's own answer-loss weight, by the task's name (e.g. mail=0.1); repeatable",
     )
-    parser.add_argument(
-        "--teacher", type=Path, default=None,
-        help="a decider on the same tasks whose heads' probabilities the heads are also trained towards",
-    )
-    parser.add_argument("--teacher-weight", type=float, default=1.0, help="weight of the teacher's term")
     parser.add_argument("--skip-invalid", action="store_true", help="drop rows that fail validation")
     parser.set_defaults(func=_run_decide_training)
 
@@ -103,7 +98,7 @@ def _run_decide_training(args: argparse.Namespace) -> int:
         DecideSettings(
             tasks=tasks, base=args.base, out=args.out, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
             max_input_tokens=args.max_input_tokens, seed=args.seed, skip_invalid=args.skip_invalid,
-            answer_weight=args.answer_weight, teacher=args.teacher, teacher_weight=args.teacher_weight,
+            answer_weight=args.answer_weight,
         )
     )
     print(f"wrote a decider to {out}")

@@ -1,7 +1,6 @@
 """Decision fine-tuning on a tiny fixture: the loop learns, the output folder serves, bad rows are named."""
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -13,7 +12,6 @@ from safetensors.torch import load_file
 
 from jev import Decider
 from jev.model import Model
-from jev.schema import JevError
 from jev.train.decide import DecideSettings, TaskData, train_decisions
 from jev.train.examples import InvalidRowsError
 from schemas.mail import TASK as MAIL
@@ -156,35 +154,3 @@ def test_task_answer_weights_that_cannot_apply_are_refused(tmp_path, capsys, ent
     code = main(["train", "decide", "--task", "schemas.mail:TASK", "--data", train, "--valid", train,
                  "--out", str(tmp_path / "out"), "--task-answer-weight", entry])
     assert code != 0 and message in capsys.readouterr().err
-
-
-def _teacher_gap(student: Path, teacher: Path) -> float:
-    """Mean KL(teacher || student) of the `kind` field over the validation fixture."""
-    decide = [Decider.load(folder) for folder in (student, teacher)]
-    rows = [json.loads(line) for line in (FIXTURES / "valid.jsonl").read_text().splitlines()]
-    gaps = []
-    for row in rows:
-        p_student, p_teacher = (d.decide(MailDecision, row["input"]).probs["kind"] for d in decide)
-        gaps.append(sum(p * math.log(p / p_student[value]) for value, p in p_teacher.items()))
-    return sum(gaps) / len(gaps)
-
-
-def test_a_teacher_pulls_the_heads_towards_its_probabilities(base, tmp_path):
-    teacher = train_decisions(settings(base, tmp_path / "teacher", seed=1))
-    alone = train_decisions(settings(base, tmp_path / "alone"))
-    taught = train_decisions(settings(base, tmp_path / "taught", teacher=teacher, teacher_weight=10.0))
-    assert _teacher_gap(taught, teacher) < 0.5 * _teacher_gap(alone, teacher)
-    assert json.loads((taught / "jev.json").read_text())["training"]["settings"]["teacher"] == str(teacher)
-
-
-def test_a_teacher_that_cannot_teach_is_refused(base, tmp_path):
-    from jev.train.decide import load_teacher
-    from tests.test_serve_support import TICKET
-
-    teacher = train_decisions(settings(base, tmp_path / "teacher", epochs=1))
-    tokenizer = tiny_tokenizer()
-    with pytest.raises(JevError, match="no heads for \\['ticket'\\]"):
-        load_teacher(teacher, [MAIL, TICKET], tokenizer.to_str())
-    tokenizer.add_tokens(["zzz"])
-    with pytest.raises(JevError, match="another tokenizer"):
-        load_teacher(teacher, [MAIL], tokenizer.to_str())

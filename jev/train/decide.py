@@ -5,10 +5,6 @@ for single-choice fields, binary cross-entropy per label for multi-label ones) p
 indexer's warm-up loss, AdamW with warm-up and cosine decay, a validation pass after every epoch,
 and the epoch with the lowest validation loss of the heads kept.
 
-With a `teacher` (a decider trained on the same tasks) each field's loss also has a term pulling
-the heads towards the teacher's probabilities (`distill_losses`), so an epoch spent on a second
-objective can keep the heads the teacher already has; `docs/training.md` says when that matters.
-
 With `answer_weight > 0` the language model also learns to write each row's answer as JSON after
 its input (`jev.schema.answer`; text fields included), so the checkpoint can answer by generating
 too and can write its text fields. That loss is added with this weight (a task may set its own)
@@ -32,7 +28,7 @@ from jev.engine.bundle import HEADS_FILE, Manifest, head_layouts, load_heads, lo
 from jev.engine.decider import Decider
 from jev.engine.decision import DecisionModel
 from jev.model import Model
-from jev.schema import JevError, Task
+from jev.schema import Task
 from jev.train.distributed import Distributed
 from jev.train.examples import Example, read_examples
 from jev.train.lm import PROVENANCE_FILE as LM_PROVENANCE_FILE
@@ -63,8 +59,6 @@ class DecideSettings:
     max_input_tokens: int = 256
     indexer_weight: float = 1.0
     answer_weight: float = 0.0
-    teacher: Path | None = None
-    teacher_weight: float = 1.0
     seed: int = 0
     skip_invalid: bool = False
 
@@ -75,7 +69,6 @@ class DecideSettings:
             "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
             "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight,
             "answer_weight": self.answer_weight, "seed": self.seed,
-            "teacher": None if self.teacher is None else str(self.teacher), "teacher_weight": self.teacher_weight,
             "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid),
                                     "answer_weight": self.answer_weight_of(d)} for d in self.tasks},
         }
@@ -101,30 +94,6 @@ def field_losses(task: Task, logits: list[torch.Tensor], batch: list[Example]) -
         else:
             total = total + F.cross_entropy(field_logits, target)
     return total
-
-
-def distill_losses(task: Task, logits: list[torch.Tensor], teacher_logits: list[torch.Tensor]) -> torch.Tensor:
-    """Sum over closed fields of the cross-entropy against the teacher's probabilities (softmax for
-    single-choice fields, each label's sigmoid for multi-label ones); its gradient is the KL's."""
-    total = logits[0].new_zeros(())
-    for spec, field_logits, target in zip(task.spec.closed_fields, logits, teacher_logits, strict=True):
-        if spec.kind == "multilabel":
-            total = total + F.binary_cross_entropy_with_logits(field_logits, torch.sigmoid(target))
-        else:
-            total = total + F.cross_entropy(field_logits, torch.softmax(target, dim=-1))
-    return total
-
-
-def load_teacher(folder: Path, tasks: list[Task], tokenizer_json: str) -> DecisionModel:
-    """The teacher's decision model, refused unless it decides every task with the same closed fields
-    and reads the same token ids."""
-    teacher = Decider.load(folder, tasks=tasks, check_policies=False, speculative=False)
-    missing = sorted({task.name for task in tasks} - set(teacher.tasks))
-    if missing:
-        raise JevError(f"the teacher {folder} has no heads for {missing}")
-    if teacher.tokenizer.to_str() != tokenizer_json:
-        raise JevError(f"the teacher {folder} has another tokenizer, so its inputs would not be the student's")
-    return teacher.decision_model.requires_grad_(False)
 
 
 def batches(examples: list[Example], batch_size: int, rng: random.Random) -> list[list[Example]]:
@@ -212,9 +181,6 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
                 print(f"skipped {line}")
 
     network = decider.decision_model.train()
-    teacher = None
-    if settings.teacher is not None:
-        teacher = load_teacher(settings.teacher, [d.task for d in settings.tasks], decider.tokenizer.to_str())
     # A step reaches one task's heads and never the LM head; DDP must be told to expect unused parameters.
     trainer = ddp.wrap(network, find_unused_parameters=True)
     optimizer = build_optimizer(network, settings.lr, settings.weight_decay, betas=(0.9, 0.95))
@@ -235,10 +201,6 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
             outputs = trainer(name, [e.token_ids for e in shard], training=True, answers=answers_of(shard))
             task_loss = field_losses(by_name[name], outputs.logits, shard)
             loss = task_loss + settings.indexer_weight * outputs.indexer_loss
-            if teacher is not None:
-                with torch.no_grad():
-                    taught = teacher(name, [e.token_ids for e in shard], training=True).logits
-                loss = loss + settings.teacher_weight * distill_losses(by_name[name], outputs.logits, taught)
             if outputs.answer_loss is not None:
                 loss = loss + answer_weights[name] * outputs.answer_loss
             optimizer.zero_grad(set_to_none=True)
