@@ -103,6 +103,8 @@ def main() -> None:
                         help="NAME=FOLDER[,FOLDER...]: one folder per training seed; the first arm is the baseline")
     parser.add_argument("--data", type=Path, default=Path("data"))
     parser.add_argument("--dense", action="store_true", help="attend to every key, not the indexers' top-k")
+    parser.add_argument("--section", help="the docs/benchmarks.md section to write (default: answer_ablation, "
+                        "or answer_ablation_dense with --dense)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     arms = {name: [head_scores(folder, args.data, args.dense) for folder in folders] for name, folders in args.arm}
@@ -113,7 +115,7 @@ def main() -> None:
                 "bootstraps over test rows.\n\n" + table)
     print(markdown)
     if not args.no_write:
-        name = "answer_ablation_dense" if args.dense else "answer_ablation"
+        name = args.section or ("answer_ablation_dense" if args.dense else "answer_ablation")
         write_results(name, {"arms": folders, "dense": args.dense, "fields": results}, markdown)
 
 

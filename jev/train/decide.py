@@ -162,7 +162,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     model = Model.from_pretrained(settings.base).train()
     tasks = {data.reference: data.task for data in settings.tasks}
     decider = Decider.new(model, load_tokenizer(settings.base), tasks, settings.max_input_tokens)
-    continued = _continue_heads(decider, settings.base)
+    continued = continue_heads(decider, settings.base)
     if continued and ddp.is_main:
         print(f"continuing the heads of {sorted(continued)} from {settings.base}")
 
@@ -236,7 +236,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     return decider
 
 
-def _continue_heads(decider: Decider, base: Path) -> list[str]:
+def continue_heads(decider: Decider, base: Path) -> list[str]:
     """Start each task's heads from the base's when the base is a decider with the same closed fields.
 
     Text fields have no heads, so a task that only gained a text field keeps its trained heads.
