@@ -74,6 +74,7 @@ class DecideSettings:
         }
 
     def answer_weight_of(self, data: TaskData) -> float:
+        """The task's own answer weight when it sets one, else the run's."""
         return self.answer_weight if data.answer_weight is None else data.answer_weight
 
 
