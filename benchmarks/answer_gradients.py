@@ -26,25 +26,20 @@ from jev.engine.bundle import load_tokenizer
 from jev.engine.decider import Decider
 from jev.model import Model
 from jev.schema import Task, load_task
-from jev.train.decide import answers_of, batches, continue_heads
+from jev.train.decide import answers_of, batches, continue_heads, field_loss_terms
 from jev.train.examples import Example, read_examples
 
 TASKS = ("mail", "chat")
 TASK_REFERENCES = ("schemas.mail:TASK", "schemas.chat:TASK")
 MAX_INPUT_TOKENS = 192  # the shipped recipe's --max-input-tokens
+BATCH_SIZE = 16  # and its --batch-size
 
 
 def step_losses(decider: Decider, task: Task, batch: list[Example], answer_weight: float) -> dict[str, torch.Tensor]:
     """The losses of one training step: each field's, the decision pass's total (fields plus the
     indexers' KL) and the weighted answer loss."""
     out = decider.decision_model(task.name, [e.token_ids for e in batch], training=True, answers=answers_of(batch))
-    fields = {}
-    for spec, logits in zip(task.spec.closed_fields, out.logits, strict=True):
-        target = torch.tensor([e.label[spec.name] for e in batch])
-        fields[f"{task.name}.{spec.name}"] = (
-            F.binary_cross_entropy_with_logits(logits, target.float()) if spec.kind == "multilabel"
-            else F.cross_entropy(logits, target)
-        )
+    fields = {f"{task.name}.{name}": loss for name, loss in field_loss_terms(task, out.logits, batch).items()}
     return {**fields, "decision": sum(fields.values()) + out.indexer_loss, "answer": answer_weight * out.answer_loss}
 
 
@@ -76,8 +71,8 @@ def main() -> None:
         answer = AnswerTokens(task.spec, decider.tokenizer).encode
         examples, _ = read_examples(args.data / name / "train.jsonl", task,
                                     lambda t, d: decider.encode(t, d).token_ids, answer=answer)
-        share[name] = math.ceil(len(examples) / 16)
-        for batch in batches(examples, 16, random.Random(0))[: args.batches]:
+        share[name] = math.ceil(len(examples) / BATCH_SIZE)
+        for batch in batches(examples, BATCH_SIZE, random.Random(0))[: args.batches]:
             for key, loss in step_losses(decider, task, batch, args.answer_weight).items():
                 decider.decision_model.zero_grad(set_to_none=True)
                 loss.backward(retain_graph=True)
@@ -101,8 +96,8 @@ def main() -> None:
                                  for n in params if mean_square[b][n] > 0)
 
     lines = [
-        f"Base `{args.base}`, {args.batches} training batches of 16 per task, answer weight {args.answer_weight}, "
-        f"{len(params)} backbone-layer parameters.",
+        f"Base `{args.base}`, {args.batches} training batches of {BATCH_SIZE} per task, "
+        f"answer weight {args.answer_weight}, {len(params)} backbone-layer parameters.",
         "",
         f"Decision step kept under Adam (median, quartiles): {quartiles[1]:.3f} "
         f"({quartiles[0]:.3f}, {quartiles[2]:.3f}).",

@@ -87,7 +87,6 @@ def test_two_ranks_fine_tune_the_same_weights(base, tmp_path):
         assert torch.equal(rank0[name], rank1[name]), name
 
 
-
 def _with_subjects(source: Path, target: Path) -> Path:
     """The fixture rows with a subject line beside the label, as the mail data keeps it."""
     rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]

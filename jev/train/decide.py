@@ -85,16 +85,22 @@ class TaskSplits:
     skipped: list[str]
 
 
-def field_losses(task: Task, logits: list[torch.Tensor], batch: list[Example]) -> torch.Tensor:
-    """Sum over closed fields of the mean loss of each field's head."""
-    total = logits[0].new_zeros(())
+def field_loss_terms(task: Task, logits: list[torch.Tensor], batch: list[Example]) -> dict[str, torch.Tensor]:
+    """The mean loss of each closed field's head, by field name: cross-entropy for single-choice
+    fields, binary cross-entropy per label for multi-label ones."""
+    terms = {}
     for spec, field_logits in zip(task.spec.closed_fields, logits, strict=True):
         target = torch.tensor([example.label[spec.name] for example in batch], device=field_logits.device)
         if spec.kind == "multilabel":
-            total = total + F.binary_cross_entropy_with_logits(field_logits, target.float())
+            terms[spec.name] = F.binary_cross_entropy_with_logits(field_logits, target.float())
         else:
-            total = total + F.cross_entropy(field_logits, target)
-    return total
+            terms[spec.name] = F.cross_entropy(field_logits, target)
+    return terms
+
+
+def field_losses(task: Task, logits: list[torch.Tensor], batch: list[Example]) -> torch.Tensor:
+    """Sum over closed fields of the mean loss of each field's head."""
+    return torch.stack(list(field_loss_terms(task, logits, batch).values())).sum()
 
 
 def batches(examples: list[Example], batch_size: int, rng: random.Random) -> list[list[Example]]:
