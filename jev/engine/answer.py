@@ -8,7 +8,7 @@ after, constrained decoding and exact scoring are all built from these same piec
 
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -16,18 +16,6 @@ from jev.schema import DecisionSpec, FieldSpec
 from jev.schema.answer import answer_fields, answer_segments, is_text_end, text_content, value_text
 
 EOS_TOKEN = "<eos>"
-
-
-class ValueSplit(NamedTuple):
-    """An answer token where a single-choice field's still-possible values part ways.
-
-    `position` indexes the answer's tokens, `field` the schema's closed fields (the heads' order),
-    and `branches` pairs each token that may come next with the values (head indices) that write it.
-    """
-
-    position: int
-    field: int
-    branches: tuple[tuple[int, tuple[int, ...]], ...]
 
 
 class AnswerTokens:
@@ -63,38 +51,10 @@ class AnswerTokens:
         """The whole answer for `values` (every field, dotted names), ending with `<eos>`."""
         ids = list(self.syntax[0])
         for i, spec in enumerate(self.fields):
-            ids += self._field_ids(spec, values[spec.name]) + self.syntax[i + 1]
+            value = values[spec.name]
+            ids += self.text_ids(spec, value) if spec.kind == "text" else self.value_ids(spec, value)
+            ids += self.syntax[i + 1]
         return [*ids, self.eos]
-
-    def value_splits(self, values: Mapping[str, Any]) -> list[ValueSplit]:
-        """Where `encode(values)` passes a point at which some other value of the same field would
-        have written a different token: the places a distribution over values becomes one over tokens.
-
-        Each value's tokens are followed by the syntax token after them, so a value that is a prefix
-        of another still parts from it there.
-        """
-        closed = {spec.name: i for i, spec in enumerate(self.spec.closed_fields)}
-        splits, position = [], len(self.syntax[0])
-        for i, spec in enumerate(self.fields):
-            written = self._field_ids(spec, values[spec.name])
-            if spec.kind not in ("text", "multilabel"):
-                follow = self.syntax[i + 1][:1]
-                options = [ids + follow for ids in self._choices[spec.name]]
-                chosen = written + follow
-                for j in range(len(chosen)):
-                    branches: dict[int, list[int]] = {}
-                    for k, option in enumerate(options):
-                        if len(option) > j and option[:j] == chosen[:j]:
-                            branches.setdefault(option[j], []).append(k)
-                    if len(branches) > 1:
-                        parted = tuple((token, tuple(ks)) for token, ks in branches.items())
-                        splits.append(ValueSplit(position + j, closed[spec.name], parted))
-            position += len(written) + len(self.syntax[i + 1])
-        return splits
-
-    @cached_property
-    def _choices(self) -> dict[str, list[list[int]]]:
-        return {spec.name: self.choices(spec) for spec in self.fields if spec.kind not in ("text", "multilabel")}
 
     def text_prefix(self, closed: Mapping[str, Any]) -> list[int]:
         """The answer up to the first text field's content: every closed value written, the quote opened."""
@@ -121,9 +81,6 @@ class AnswerTokens:
         """Tokens that end a generated text value: any token holding a `"`, and `<eos>`."""
         ends = {i for i in range(self.tokenizer.get_vocab_size()) if is_text_end(self.tokenizer.decode([i]))}
         return frozenset({*ends, self.eos})
-
-    def _field_ids(self, spec: FieldSpec, value: Any) -> list[int]:
-        return self.text_ids(spec, value) if spec.kind == "text" else self.value_ids(spec, value)
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []

@@ -7,10 +7,7 @@ right after its last input token and padding goes after them.
 Training may also teach the language model to write the answer (`answers`): a second pass over
 `[input tokens][answer tokens]`, without the query tokens, because a generative reader of the same
 weights (Outlines on transformers, or Jev's own text fields after the decision) sees plain text.
-The loss is the mean next-token cross-entropy over the answer tokens. Given each answer's value
-splits, the tokens where a closed field's values part ways take as target the heads' own (detached)
-distribution over the values instead of the label, so the written answer learns to copy the heads
-rather than to fit the labels a second time.
+The loss is the mean next-token cross-entropy over the answer tokens.
 """
 
 from collections.abc import Sequence
@@ -20,7 +17,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jev.engine.answer import ValueSplit
 from jev.model import LatentCache, Model
 from jev.model.heads import TaskHeads
 
@@ -49,7 +45,6 @@ class DecisionModel(nn.Module):
         *,
         training: bool = False,
         answers: Sequence[Sequence[int]] | None = None,
-        splits: Sequence[Sequence[ValueSplit]] | None = None,
         cache: LatentCache | None = None,
     ) -> DecisionOutputs:
         """Logits per field for a batch of tokenised inputs of any lengths.
@@ -57,7 +52,6 @@ class DecisionModel(nn.Module):
         With `training=True` attention stays dense and the DSA indexers' KL loss on this pass is
         returned too (the answer pass, when `answers` are given, adds none); otherwise the indexer's top-k
         selection is used and `cache`, if given, receives every row's inputs and field tokens.
-        `splits` (per row, with `answers`) makes the answer's value tokens copy this pass's heads.
         """
         heads: TaskHeads = self.heads[task]
         embeds, lengths, field_positions = self.layout(heads, token_ids)
@@ -70,18 +64,10 @@ class DecisionModel(nn.Module):
         logits = heads(hidden[rows, field_positions])
         if answers is None:
             return DecisionOutputs(logits, indexer_loss)
-        heads_targets = None if splits is None else [f.detach().float().softmax(-1) for f in logits]
-        return DecisionOutputs(logits, indexer_loss, self.answer_loss(token_ids, answers, splits, heads_targets))
+        return DecisionOutputs(logits, indexer_loss, self.answer_loss(token_ids, answers))
 
-    def answer_loss(
-        self,
-        token_ids: Sequence[Sequence[int]],
-        answers: Sequence[Sequence[int]],
-        splits: Sequence[Sequence[ValueSplit]] | None = None,
-        field_probs: Sequence[torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """Mean cross-entropy of each answer's tokens after its input (dense attention); at each value
-        split, against `field_probs` (per closed field `[B, n_values]`) spread over the split's branches.
+    def answer_loss(self, token_ids: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Mean cross-entropy of each answer's tokens after its input (dense attention).
 
         The indexers do not learn from this pass: averaging its KL loss with the decision pass's
         made their top-k selection worse for the heads (over three seeds mail `kind` lost 1.2
@@ -98,11 +84,8 @@ class DecisionModel(nn.Module):
         row_index = torch.cat([torch.full((len(a),), r) for r, a in enumerate(answers)]).to(device)
         target_pos = torch.cat([torch.arange(len(t), len(t) + len(a)) for t, a in zip(token_ids, answers, strict=True)])
         target_pos = target_pos.to(device)
-        logits = self.model.lm_head(hidden[row_index, target_pos - 1]).float()
-        labels = padded[row_index, target_pos]
-        if splits is None or field_probs is None:
-            return F.cross_entropy(logits, labels)
-        return F.cross_entropy(logits, _split_targets(labels, logits.shape[-1], answers, splits, field_probs))
+        logits = self.model.lm_head(hidden[row_index, target_pos - 1])
+        return F.cross_entropy(logits.float(), padded[row_index, target_pos])
 
     def layout(
         self, heads: TaskHeads, token_ids: Sequence[Sequence[int]]
@@ -124,26 +107,3 @@ class DecisionModel(nn.Module):
         queries = heads.queries.to(embeds.dtype).expand(len(token_ids), -1, -1)
         embeds = embeds.index_put((rows, field_positions), queries)
         return embeds, input_lengths + n_fields, field_positions
-
-
-def _split_targets(
-    labels: torch.Tensor,
-    vocab: int,
-    answers: Sequence[Sequence[int]],
-    splits: Sequence[Sequence[ValueSplit]],
-    field_probs: Sequence[torch.Tensor],
-) -> torch.Tensor:
-    """One-hot label rows `[N, vocab]`, except at value splits, where each branch's token gets the
-    probability the heads give its values, renormalised over the values still possible there."""
-    targets = F.one_hot(labels, vocab).float()
-    probs = [p.cpu().tolist() for p in field_probs]
-    start = 0
-    for row, (answer, row_splits) in enumerate(zip(answers, splits, strict=True)):
-        for split in row_splits:
-            mass = {token: sum(probs[split.field][row][k] for k in values) for token, values in split.branches}
-            total = sum(mass.values())
-            targets[start + split.position] = 0.0
-            for token, weight in mass.items():
-                targets[start + split.position, token] = weight / total
-        start += len(answer)
-    return targets

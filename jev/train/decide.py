@@ -8,8 +8,7 @@ and the epoch with the lowest validation loss of the heads kept.
 With `answer_weight > 0` the language model also learns to write each row's answer as JSON after
 its input (`jev.schema.answer`; text fields included), so the checkpoint can answer by generating
 too and can write its text fields. That loss is added with this weight (a task may set its own)
-and reported per epoch. With `answer_from_heads` the closed fields' value tokens learn the heads'
-detached distribution over values instead of the label (`DecisionModel.answer_loss`).
+and reported per epoch.
 """
 
 import copy
@@ -24,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from jev.engine.answer import AnswerTokens, ValueSplit
+from jev.engine.answer import AnswerTokens
 from jev.engine.bundle import HEADS_FILE, Manifest, head_layouts, load_heads, load_tokenizer
 from jev.engine.decider import Decider
 from jev.engine.decision import DecisionModel
@@ -60,7 +59,6 @@ class DecideSettings:
     max_input_tokens: int = 256
     indexer_weight: float = 1.0
     answer_weight: float = 0.0
-    answer_from_heads: bool = False  # value tokens learn the heads' distribution, not the labels
     seed: int = 0
     skip_invalid: bool = False
 
@@ -70,7 +68,7 @@ class DecideSettings:
             "base": str(self.base), "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
             "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
             "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight,
-            "answer_weight": self.answer_weight, "answer_from_heads": self.answer_from_heads, "seed": self.seed,
+            "answer_weight": self.answer_weight, "seed": self.seed,
             "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid),
                                     "answer_weight": self.answer_weight_of(d)} for d in self.tasks},
         }
@@ -121,11 +119,6 @@ def batches(examples: list[Example], batch_size: int, rng: random.Random) -> lis
 def answers_of(batch: list[Example]) -> list[list[int]] | None:
     """The batch's answer tokens, or None when the run does not train on answers."""
     return [e.answer_ids for e in batch] if batch[0].answer_ids else None
-
-
-def splits_of(batch: list[Example], from_heads: bool) -> list[list[ValueSplit]] | None:
-    """The batch's answer value splits when its value tokens learn from the heads, else None."""
-    return [e.answer_splits for e in batch] if from_heads and batch[0].answer_ids else None
 
 
 def evaluate(model: DecisionModel, task: Task, examples: list[Example], batch_size: int) -> dict[str, float]:
@@ -186,7 +179,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     splits = {}
     for data in settings.tasks:
         weight = settings.answer_weight_of(data)
-        answer = AnswerTokens(data.task.spec, decider.tokenizer) if weight > 0 else None
+        answer = AnswerTokens(data.task.spec, decider.tokenizer).encode if weight > 0 else None
         train, skipped = read_examples(data.train, data.task, encode, settings.skip_invalid, answer)
         valid, skipped_valid = read_examples(data.valid, data.task, encode, settings.skip_invalid, answer)
         splits[data.task.name] = TaskSplits(train, valid, skipped + skipped_valid)
@@ -212,8 +205,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, settings.lr, settings.warmup_steps, total)
             shard = batch[ddp.rank :: ddp.world_size] or batch
-            outputs = trainer(name, [e.token_ids for e in shard], training=True, answers=answers_of(shard),
-                              splits=splits_of(shard, settings.answer_from_heads))
+            outputs = trainer(name, [e.token_ids for e in shard], training=True, answers=answers_of(shard))
             task_loss = field_losses(by_name[name], outputs.logits, shard)
             loss = task_loss + settings.indexer_weight * outputs.indexer_loss
             if outputs.answer_loss is not None:

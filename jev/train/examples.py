@@ -9,11 +9,10 @@ A text field's target is `label[name]`, or the row's own top-level `name` when t
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jev.engine.answer import AnswerTokens, ValueSplit
 from jev.schema import JevError, ProblemsError, Task
 
 MAX_REPORTED = 20
@@ -34,13 +33,11 @@ class InvalidRowsError(JevError):
 @dataclass(frozen=True)
 class Example:
     """One training row: its token ids, the index (or 0/1 per label) of each closed field's answer, and
-    the answer written as tokens with its value splits (empty unless the run trains the language
-    model on it)."""
+    the answer written as tokens (empty unless the run trains the language model on it)."""
 
     token_ids: list[int]
     label: dict[str, int | list[int]]
     answer_ids: list[int] = field(default_factory=list)
-    answer_splits: list[ValueSplit] = field(default_factory=list)
 
 
 def read_examples(
@@ -48,11 +45,11 @@ def read_examples(
     task: Task,
     encode: Callable[[Task, dict], list[int]],
     skip_invalid: bool = False,
-    answer: AnswerTokens | None = None,
+    answer: Callable[[Mapping[str, object]], list[int]] | None = None,
 ) -> tuple[list[Example], list[str]]:
     """All valid rows of `path`, and a description of each invalid row that was skipped.
 
-    `answer`, when given, writes each row's answer as tokens.
+    `answer`, when given, turns a row's field values (dotted names) into its answer tokens.
     """
     examples, problems = [], []
     with open(path, encoding="utf-8") as file:
@@ -91,14 +88,10 @@ def _example(
     row: object,
     task: Task,
     encode: Callable[[Task, dict], list[int]],
-    answer: AnswerTokens | None,
+    answer: Callable[[Mapping[str, object]], list[int]] | None,
 ) -> Example:
     if not isinstance(row, dict) or "input" not in row or "label" not in row:
         raise ValueError('a row is an object with "input" and "label" keys')
     label = row_label(row, task)
     targets = task.spec.encode_label(label)
-    token_ids = encode(task, row["input"])
-    if answer is None:
-        return Example(token_ids, targets)
-    values = task.spec.values_of(label)
-    return Example(token_ids, targets, answer.encode(values), answer.value_splits(values))
+    return Example(encode(task, row["input"]), targets, answer(task.spec.values_of(label)) if answer else [])
