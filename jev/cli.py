@@ -77,6 +77,10 @@ def _add_decide_training(train: argparse._SubParsersAction) -> None:
         "--task-answer-weight", action="append", default=[], metavar="NAME=W",
         help="a task's own answer-loss weight, by the task's name (e.g. mail=0.1); repeatable",
     )
+    parser.add_argument(
+        "--answer-frozen-layers", type=int, default=0, metavar="N",
+        help="the answer loss leaves the weights of the N lowest layers to the heads (default 0: it trains all)",
+    )
     parser.add_argument("--skip-invalid", action="store_true", help="drop rows that fail validation")
     parser.set_defaults(func=_run_decide_training)
 
@@ -98,7 +102,7 @@ def _run_decide_training(args: argparse.Namespace) -> int:
         DecideSettings(
             tasks=tasks, base=args.base, out=args.out, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
             max_input_tokens=args.max_input_tokens, seed=args.seed, skip_invalid=args.skip_invalid,
-            answer_weight=args.answer_weight,
+            answer_weight=args.answer_weight, answer_frozen_layers=args.answer_frozen_layers,
         )
     )
     print(f"wrote a decider to {out}")

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from jev import Decider
 from jev.model import Model
+from jev.schema import JevError
 from jev.train.decide import DecideSettings, TaskData, train_decisions
 from jev.train.examples import InvalidRowsError
 from schemas.mail import TASK as MAIL
@@ -139,6 +140,29 @@ def test_a_task_may_set_its_own_answer_weight(base, tmp_path, run_weight, task_w
     record = json.loads((train_decisions(run) / "jev.json").read_text())["training"]
     assert record["settings"]["tasks"]["mail"]["answer_weight"] == task_weight
     assert ("answer_loss" in record["epochs"][0]["mail"]) == (task_weight > 0)
+
+
+def test_answer_frozen_layers_reach_the_answer_pass_and_are_recorded(base, tmp_path, monkeypatch):
+    from jev.engine.decision import DecisionModel
+
+    seen = []
+    answer_loss = DecisionModel.answer_loss
+
+    def spy(self, token_ids, answers, frozen_layers=0):
+        seen.append(frozen_layers)
+        return answer_loss(self, token_ids, answers, frozen_layers)
+
+    monkeypatch.setattr(DecisionModel, "answer_loss", spy)
+    run = settings(base, tmp_path / "out", epochs=1, answer_weight=1.0, answer_frozen_layers=1)
+    record = json.loads((train_decisions(run) / "jev.json").read_text())["training"]
+    assert record["settings"]["answer_frozen_layers"] == 1
+    assert 1 in seen  # training passes; validation scores the answer loss without gradients
+
+
+def test_more_answer_frozen_layers_than_the_base_has_are_refused(base, tmp_path):
+    layers = Model.from_pretrained(base).config.num_hidden_layers
+    with pytest.raises(JevError, match=rf"--answer-frozen-layers must be 0\.\.{layers}"):
+        train_decisions(settings(base, tmp_path / "out", epochs=1, answer_weight=1.0, answer_frozen_layers=layers + 1))
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,9 @@ right after its last input token and padding goes after them.
 Training may also teach the language model to write the answer (`answers`): a second pass over
 `[input tokens][answer tokens]`, without the query tokens, because a generative reader of the same
 weights (Outlines on transformers, or Jev's own text fields after the decision) sees plain text.
-The loss is the mean next-token cross-entropy over the answer tokens.
+The loss is the mean next-token cross-entropy over the answer tokens. That pass may leave the
+weights of the lowest layers to the decision objective (`answer_frozen_layers`): writing the labels
+as text then cannot reshape the features the heads read there.
 """
 
 from collections.abc import Sequence
@@ -45,12 +47,14 @@ class DecisionModel(nn.Module):
         *,
         training: bool = False,
         answers: Sequence[Sequence[int]] | None = None,
+        answer_frozen_layers: int = 0,
         cache: LatentCache | None = None,
     ) -> DecisionOutputs:
         """Logits per field for a batch of tokenised inputs of any lengths.
 
         With `training=True` attention stays dense and the DSA indexers' KL loss on this pass is
-        returned too (the answer pass, when `answers` are given, adds none); otherwise the indexer's top-k
+        returned too (the answer pass, when `answers` are given, adds none, and the weights of its
+        lowest `answer_frozen_layers` layers learn nothing from it); otherwise the indexer's top-k
         selection is used and `cache`, if given, receives every row's inputs and field tokens.
         """
         heads: TaskHeads = self.heads[task]
@@ -64,10 +68,13 @@ class DecisionModel(nn.Module):
         logits = heads(hidden[rows, field_positions])
         if answers is None:
             return DecisionOutputs(logits, indexer_loss)
-        return DecisionOutputs(logits, indexer_loss, self.answer_loss(token_ids, answers))
+        return DecisionOutputs(logits, indexer_loss, self.answer_loss(token_ids, answers, answer_frozen_layers))
 
-    def answer_loss(self, token_ids: Sequence[Sequence[int]], answers: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Mean cross-entropy of each answer's tokens after its input (dense attention).
+    def answer_loss(
+        self, token_ids: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], frozen_layers: int = 0
+    ) -> torch.Tensor:
+        """Mean cross-entropy of each answer's tokens after its input (dense attention); the weights of
+        the lowest `frozen_layers` layers learn nothing from it.
 
         The indexers do not learn from this pass: averaging its KL loss with the decision pass's
         made their top-k selection worse for the heads (over three seeds mail `kind` lost 1.2
@@ -80,7 +87,7 @@ class DecisionModel(nn.Module):
         padded = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long, device=device)
         for row, ids in enumerate(rows):
             padded[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
-        hidden, _ = self.model.training_states(padded, lengths=lengths)
+        hidden, _ = self.model.training_states(padded, lengths=lengths, frozen_layers=frozen_layers)
         row_index = torch.cat([torch.full((len(a),), r) for r, a in enumerate(answers)]).to(device)
         target_pos = torch.cat([torch.arange(len(t), len(t) + len(a)) for t, a in zip(token_ids, answers, strict=True)])
         target_pos = target_pos.to(device)

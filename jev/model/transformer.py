@@ -109,17 +109,22 @@ class Model(nn.Module):
         *,
         inputs_embeds: torch.Tensor | None = None,
         lengths: torch.Tensor | None = None,
+        frozen_layers: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden states `[B, T, D]` under dense attention, and the indexers' mean KL loss.
 
         Training keeps attention dense (DeepSeek-V3.2's warm-up stage) while each layer's indexer
         learns to predict where attention goes, so the top-k selection used at inference is trained.
+        The lowest `frozen_layers` layers run on detached weights: their outputs, and the gradient to
+        their inputs, are unchanged, but their own weights learn nothing from this pass.
         """
+        if not 0 <= frozen_layers <= len(self.backbone.layers):
+            raise ValueError(f"frozen_layers must be 0..{len(self.backbone.layers)}, got {frozen_layers}")
         x = self._embed(input_ids, inputs_embeds)
         positions = self._fresh_positions(x, self._lengths(x, lengths))
         cos, sin = self.backbone.rotary(positions, x.dtype)
         losses: list[torch.Tensor] = []
-        hidden = self._layers(x, AttentionBatch(positions, cos, sin, x.shape[1], None, True, losses))
+        hidden = self._layers(x, AttentionBatch(positions, cos, sin, x.shape[1], None, True, losses), frozen_layers)
         return hidden, torch.stack(losses).mean()
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -142,9 +147,13 @@ class Model(nn.Module):
         positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[0], -1)
         return torch.where(positions < lengths.unsqueeze(1), positions, -1)
 
-    def _layers(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
-        for layer in self.backbone.layers:
-            x = layer(x, batch)
+    def _layers(self, x: torch.Tensor, batch: AttentionBatch, frozen_layers: int = 0) -> torch.Tensor:
+        for i, layer in enumerate(self.backbone.layers):
+            if i < frozen_layers:
+                detached = {name: weight.detach() for name, weight in layer.named_parameters()}
+                x = torch.func.functional_call(layer, detached, (x, batch))
+            else:
+                x = layer(x, batch)
         return self.backbone.norm(x)
 
     @classmethod

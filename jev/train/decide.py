@@ -8,7 +8,7 @@ and the epoch with the lowest validation loss of the heads kept.
 With `answer_weight > 0` the language model also learns to write each row's answer as JSON after
 its input (`jev.schema.answer`; text fields included), so the checkpoint can answer by generating
 too and can write its text fields. That loss is added with this weight (a task may set its own)
-and reported per epoch.
+and reported per epoch; `answer_frozen_layers` keeps it out of the lowest layers' weights.
 """
 
 import copy
@@ -28,7 +28,7 @@ from jev.engine.bundle import HEADS_FILE, Manifest, head_layouts, load_heads, lo
 from jev.engine.decider import Decider
 from jev.engine.decision import DecisionModel
 from jev.model import Model
-from jev.schema import Task
+from jev.schema import JevError, Task
 from jev.train.distributed import Distributed
 from jev.train.examples import Example, read_examples
 from jev.train.lm import PROVENANCE_FILE as LM_PROVENANCE_FILE
@@ -59,6 +59,7 @@ class DecideSettings:
     max_input_tokens: int = 256
     indexer_weight: float = 1.0
     answer_weight: float = 0.0
+    answer_frozen_layers: int = 0  # lowest layers whose weights the answer loss leaves to the heads
     seed: int = 0
     skip_invalid: bool = False
 
@@ -68,7 +69,8 @@ class DecideSettings:
             "base": str(self.base), "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
             "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
             "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight,
-            "answer_weight": self.answer_weight, "seed": self.seed,
+            "answer_weight": self.answer_weight, "answer_frozen_layers": self.answer_frozen_layers,
+            "seed": self.seed,
             "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid),
                                     "answer_weight": self.answer_weight_of(d)} for d in self.tasks},
         }
@@ -167,6 +169,9 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     torch.manual_seed(settings.seed)
     rng = random.Random(settings.seed)
     model = Model.from_pretrained(settings.base).train()
+    if not 0 <= settings.answer_frozen_layers <= model.config.num_hidden_layers:
+        raise JevError(f"--answer-frozen-layers must be 0..{model.config.num_hidden_layers} for {settings.base}, "
+                       f"got {settings.answer_frozen_layers}")
     tasks = {data.reference: data.task for data in settings.tasks}
     decider = Decider.new(model, load_tokenizer(settings.base), tasks, settings.max_input_tokens)
     continued = continue_heads(decider, settings.base)
@@ -205,7 +210,8 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, settings.lr, settings.warmup_steps, total)
             shard = batch[ddp.rank :: ddp.world_size] or batch
-            outputs = trainer(name, [e.token_ids for e in shard], training=True, answers=answers_of(shard))
+            outputs = trainer(name, [e.token_ids for e in shard], training=True, answers=answers_of(shard),
+                              answer_frozen_layers=settings.answer_frozen_layers)
             task_loss = field_losses(by_name[name], outputs.logits, shard)
             loss = task_loss + settings.indexer_weight * outputs.indexer_loss
             if outputs.answer_loss is not None:
