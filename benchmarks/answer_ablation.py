@@ -11,6 +11,8 @@ bootstrap interval over test rows (a row's correctness averaged over the arm's s
 measures how much the test split's sampling alone could move it; the spread between seeds shows
 how much training noise does. `--dense` scores with every key selected instead of the indexers'
 top-k, which separates what the backbone learned from what the indexers' selection costs.
+`--answer-loss` also measures what the other side of the trade buys: how well each arm writes its
+answers, as the mean cross-entropy per answer token on the test splits.
 """
 
 import argparse
@@ -18,15 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from benchmarks.report import write_results
 from jev.calibration.metrics import nll
+from jev.engine.answer import AnswerTokens
 from jev.engine.decider import Decider
+from jev.schema import Task
 from jev.train.calibrate import raw_probabilities
 from jev.train.examples import read_examples
 
 TASKS = ("mail", "chat")
 BOOTSTRAP_SAMPLES = 10_000
+ANSWER_BATCH = 16
 
 
 @dataclass
@@ -53,6 +59,26 @@ def head_scores(folder: Path, data: Path, dense: bool = False) -> dict[str, Fiel
             y = np.array([e.label[spec.name] for e in examples])
             scores[f"{name}.{spec.name}"] = FieldScores(raw[spec.name].argmax(axis=1) == y, nll(raw[spec.name], y))
     return scores
+
+
+def answer_loss(decider: Decider, task: Task, path: Path) -> float:
+    """Mean cross-entropy per answer token of the rows in `path`, each answer written after its input."""
+    answer = AnswerTokens(task.spec, decider.tokenizer)
+    examples, _ = read_examples(path, task, lambda t, d: decider.encode(t, d).token_ids, answer=answer.encode)
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(examples), ANSWER_BATCH):
+            batch = examples[start : start + ANSWER_BATCH]
+            count = sum(len(e.answer_ids) for e in batch)
+            mean = decider.decision_model.answer_loss([e.token_ids for e in batch], [e.answer_ids for e in batch])
+            total, tokens = total + float(mean) * count, tokens + count
+    return total / tokens
+
+
+def answer_losses(folder: Path, data: Path) -> dict[str, float]:
+    """The folder's answer loss on each task's test split."""
+    decider = Decider.load(folder, check_policies=False)
+    return {name: answer_loss(decider, decider.tasks[name], data / name / "test.jsonl") for name in TASKS}
 
 
 def paired_interval(correct: np.ndarray, baseline: np.ndarray, seed: int = 0) -> tuple[float, float]:
@@ -105,6 +131,8 @@ def main() -> None:
     parser.add_argument("--dense", action="store_true", help="attend to every key, not the indexers' top-k")
     parser.add_argument("--section", help="the docs/benchmarks.md section to write (default: answer_ablation, "
                         "or answer_ablation_dense with --dense)")
+    parser.add_argument("--answer-loss", action="store_true",
+                        help="also measure each arm's answer loss per token on the test splits (dense attention)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     arms = {name: [head_scores(folder, args.data, args.dense) for folder in folders] for name, folders in args.arm}
@@ -113,10 +141,19 @@ def main() -> None:
     attention = "dense attention (every key)" if args.dense else "the indexers' top-k attention, as served"
     markdown = (f"Raw heads (before calibration) on the test splits, with {attention}; intervals are paired "
                 "bootstraps over test rows.\n\n" + table)
+    written = {}
+    if args.answer_loss:
+        written = {name: [answer_losses(folder, args.data) for folder in fs] for name, fs in args.arm}
+        rows = [f"| `{name}` | " + " | ".join(f"{np.mean([s[t] for s in runs]):.2f}" for t in TASKS) + " |"
+                for name, runs in written.items()]
+        markdown += ("\n\nHow well each arm writes its answers: mean cross-entropy per answer token on the test "
+                     "splits, in nats (mean over seeds).\n\n| arm | " + " | ".join(TASKS) + " |\n|---|"
+                     + "---|" * len(TASKS) + "\n" + "\n".join(rows))
     print(markdown)
     if not args.no_write:
         name = args.section or ("answer_ablation_dense" if args.dense else "answer_ablation")
-        write_results(name, {"arms": folders, "dense": args.dense, "fields": results}, markdown)
+        write_results(name, {"arms": folders, "dense": args.dense, "fields": results, "answer_loss": written},
+                      markdown)
 
 
 if __name__ == "__main__":
