@@ -13,6 +13,7 @@ MODEL  ?= models/default
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 ANSWER_WEIGHT ?= 0.3
+ANSWER_FROZEN_LAYERS ?= 2
 
 .PHONY: test lint serve bench bench-generate default-model clean-venv
 
@@ -58,11 +59,12 @@ default-model: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) train decide --base $(LM) --out runs/decide-heads --epochs 4 --batch-size 16 --lr 1.5e-3 \
 		--max-input-tokens 192 --seed 0 $(TASKS)
 	$(JEV) train decide --base runs/decide-heads --out models/default --epochs 1 --batch-size 16 --lr 5e-4 \
-		--max-input-tokens 192 --seed 0 --answer-weight $(ANSWER_WEIGHT) $(TASKS)
+		--max-input-tokens 192 --seed 0 --answer-weight $(ANSWER_WEIGHT) \
+		--answer-frozen-layers $(ANSWER_FROZEN_LAYERS) $(TASKS)
 	$(JEV) calibrate --model models/default --task mail --data $(DATA)/mail/calib.jsonl --target-precision 0.98
 	$(JEV) calibrate --model models/default --task chat --data $(DATA)/chat/calib.jsonl --target-precision 0.9
 	$(JEV) train drafter --kind dspark --target models/default --task schemas.mail:TASK \
-		--corpus $(DATA)/mail/train.jsonl --out models/default/drafter --seed 0
+		--corpus $(DATA)/mail/train.jsonl --out models/default/drafter --steps 1000 --seed 0
 
 clean-venv:
 	rm -rf $(VENV)
