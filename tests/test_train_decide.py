@@ -159,10 +159,16 @@ def test_answer_frozen_layers_reach_the_answer_pass_and_are_recorded(base, tmp_p
     assert 1 in seen  # training passes; validation scores the answer loss without gradients
 
 
-def test_more_answer_frozen_layers_than_the_base_has_are_refused(base, tmp_path):
+def test_more_answer_frozen_layers_than_the_base_has_are_refused(base, tmp_path, capsys):
+    from jev.cli import main
+
     layers = Model.from_pretrained(base).config.num_hidden_layers
     with pytest.raises(JevError, match=rf"--answer-frozen-layers must be 0\.\.{layers}"):
         train_decisions(settings(base, tmp_path / "out", epochs=1, answer_weight=1.0, answer_frozen_layers=layers + 1))
+    train = str(FIXTURES / "train.jsonl")
+    code = main(["train", "decide", "--task", "schemas.mail:TASK", "--data", train, "--valid", train,
+                 "--base", str(base), "--out", str(tmp_path / "cli"), "--answer-frozen-layers", "-1"])
+    assert code != 0 and f"--answer-frozen-layers must be 0..{layers}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
