@@ -43,13 +43,18 @@ class FieldScores:
     nll: float
 
 
-def head_scores(folder: Path, data: Path, dense: bool = False) -> dict[str, FieldScores]:
-    """Per-row correctness and NLL of every closed field on the test splits."""
+def load(folder: Path, dense: bool = False) -> Decider:
+    """A decider folder to score; `dense` selects every key instead of the indexers' top-k."""
     decider = Decider.load(folder, check_policies=False)
     if dense:
         for module in decider.model.modules():
             if hasattr(module, "index_topk"):
                 module.index_topk = decider.model.config.max_position_embeddings
+    return decider
+
+
+def head_scores(decider: Decider, data: Path) -> dict[str, FieldScores]:
+    """Per-row correctness and NLL of every closed field on the test splits."""
     scores = {}
     for name in TASKS:
         task = decider.tasks[name]
@@ -75,9 +80,8 @@ def answer_loss(decider: Decider, task: Task, path: Path) -> float:
     return total / tokens
 
 
-def answer_losses(folder: Path, data: Path) -> dict[str, float]:
-    """The folder's answer loss on each task's test split."""
-    decider = Decider.load(folder, check_policies=False)
+def answer_losses(decider: Decider, data: Path) -> dict[str, float]:
+    """The decider's answer loss on each task's test split."""
     return {name: answer_loss(decider, decider.tasks[name], data / name / "test.jsonl") for name in TASKS}
 
 
@@ -135,15 +139,20 @@ def main() -> None:
                         help="also measure each arm's answer loss per token on the test splits (dense attention)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    arms = {name: [head_scores(folder, args.data, args.dense) for folder in folders] for name, folders in args.arm}
+    arms: dict[str, list[dict[str, FieldScores]]] = {}
+    written: dict[str, list[dict[str, float]]] = {}
+    for name, folders in args.arm:
+        for folder in folders:
+            decider = load(folder, args.dense)
+            arms.setdefault(name, []).append(head_scores(decider, args.data))
+            if args.answer_loss:
+                written.setdefault(name, []).append(answer_losses(decider, args.data))
     results, table = summarise(arms)
     folders = {name: [str(f) for f in fs] for name, fs in args.arm}
     attention = "dense attention (every key)" if args.dense else "the indexers' top-k attention, as served"
     markdown = (f"Raw heads (before calibration) on the test splits, with {attention}; intervals are paired "
                 "bootstraps over test rows.\n\n" + table)
-    written = {}
-    if args.answer_loss:
-        written = {name: [answer_losses(folder, args.data) for folder in fs] for name, fs in args.arm}
+    if written:
         rows = [f"| `{name}` | " + " | ".join(f"{np.mean([s[t] for s in runs]):.2f}" for t in TASKS) + " |"
                 for name, runs in written.items()]
         markdown += ("\n\nHow well each arm writes its answers: mean cross-entropy per answer token on the test "

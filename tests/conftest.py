@@ -1,6 +1,8 @@
 """Shared fixtures: tiny DeepSeek-V3.2 configs and randomly initialised models."""
 
+import json
 import os
+from pathlib import Path
 
 # Triton kernels run under the interpreter on CPU. The flag must be set before anything imports
 # triton (transformers does, indirectly), or kernels are defined for a GPU that is not there.
@@ -74,3 +76,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def with_subjects(source: Path, target: Path) -> Path:
+    """The fixture rows with a subject line beside the label, as the mail data keeps it."""
+    rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["subject"] = ("Re: " if row["label"]["reply"] else "") + " ".join(row["input"]["body"].split()[:2])
+    target.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return target

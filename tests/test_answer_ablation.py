@@ -34,14 +34,14 @@ def test_answer_loss_is_the_mean_over_every_answer_token_of_the_split(tmp_path) 
     from jev.engine.decider import Decider
     from jev.train.examples import read_examples
     from schemas.mail import TASK as MAIL
-    from tests.conftest import random_model, tiny_config, tiny_tokenizer
-    from tests.test_train_decide import FIXTURES, _with_subjects
+    from tests.conftest import random_model, tiny_config, tiny_tokenizer, with_subjects
+    from tests.test_train_decide import FIXTURES
 
     model = random_model(tiny_config(index_topk=4096, vocab_size=400, max_position_embeddings=128))
     with torch.no_grad():
         model.lm_head.weight.mul_(20)  # peaked predictions, so rows' losses differ and weighting shows
     decider = Decider.new(model, tiny_tokenizer(), {"schemas.mail:TASK": MAIL}, 32)
-    path = _with_subjects(FIXTURES / "train.jsonl", tmp_path / "rows.jsonl")  # answers of many lengths
+    path = with_subjects(FIXTURES / "train.jsonl", tmp_path / "rows.jsonl")  # answers of many lengths
     answer = AnswerTokens(MAIL.spec, decider.tokenizer)
     examples, _ = read_examples(path, MAIL, lambda t, d: decider.encode(t, d).token_ids, answer=answer.encode)
     assert len(examples) > ANSWER_BATCH and len({len(e.answer_ids) for e in examples}) > 1

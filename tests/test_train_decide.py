@@ -17,7 +17,7 @@ from jev.train.decide import DecideSettings, TaskData, train_decisions
 from jev.train.examples import InvalidRowsError
 from schemas.mail import TASK as MAIL
 from schemas.mail import MailDecision
-from tests.conftest import random_model, tiny_config, tiny_tokenizer
+from tests.conftest import random_model, tiny_config, tiny_tokenizer, with_subjects
 
 FIXTURES = Path(__file__).parent / "fixtures" / "decide"
 
@@ -88,23 +88,14 @@ def test_two_ranks_fine_tune_the_same_weights(base, tmp_path):
         assert torch.equal(rank0[name], rank1[name]), name
 
 
-def _with_subjects(source: Path, target: Path) -> Path:
-    """The fixture rows with a subject line beside the label, as the mail data keeps it."""
-    rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
-    for row in rows:
-        row["subject"] = ("Re: " if row["label"]["reply"] else "") + " ".join(row["input"]["body"].split()[:2])
-    target.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return target
-
-
 def test_answer_objective_learns_the_json_and_continues_a_deciders_heads(base, tmp_path):
     from jev.engine.answer import AnswerTokens
     from jev.train.examples import read_examples
 
-    train = _with_subjects(FIXTURES / "train.jsonl", tmp_path / "train.jsonl")
+    train = with_subjects(FIXTURES / "train.jsonl", tmp_path / "train.jsonl")
     heads = train_decisions(settings(base, tmp_path / "heads", epochs=1))
     run = settings(heads, tmp_path / "answer", train=train, epochs=6, answer_weight=1.0)
-    run.tasks[0].valid = _with_subjects(FIXTURES / "valid.jsonl", tmp_path / "valid.jsonl")
+    run.tasks[0].valid = with_subjects(FIXTURES / "valid.jsonl", tmp_path / "valid.jsonl")
     out = train_decisions(run)
     record = json.loads((out / "jev.json").read_text())["training"]
     losses = [epoch["mail"]["answer_loss"] for epoch in record["epochs"]]
@@ -133,9 +124,9 @@ def test_the_indexers_learn_from_the_decision_pass_only(base):
 
 @pytest.mark.parametrize(("run_weight", "task_weight"), [(1.0, 0.0), (0.0, 1.0)])
 def test_a_task_may_set_its_own_answer_weight(base, tmp_path, run_weight, task_weight):
-    run = settings(base, tmp_path / "out", train=_with_subjects(FIXTURES / "train.jsonl", tmp_path / "train.jsonl"),
+    run = settings(base, tmp_path / "out", train=with_subjects(FIXTURES / "train.jsonl", tmp_path / "train.jsonl"),
                    epochs=1, answer_weight=run_weight)
-    run.tasks[0].valid = _with_subjects(FIXTURES / "valid.jsonl", tmp_path / "valid.jsonl")
+    run.tasks[0].valid = with_subjects(FIXTURES / "valid.jsonl", tmp_path / "valid.jsonl")
     run.tasks[0].answer_weight = task_weight
     record = json.loads((train_decisions(run) / "jev.json").read_text())["training"]
     assert record["settings"]["tasks"]["mail"]["answer_weight"] == task_weight
