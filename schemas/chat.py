@@ -66,7 +66,7 @@ Topic = Literal[
 
 
 class ChatInput(BaseModel):
-    message: str = Field(description="One chat utterance, as typed.")
+    message: str = Field(min_length=1, description="One chat utterance, as typed.")
 
 
 class ChatDecision(BaseModel):

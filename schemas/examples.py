@@ -25,8 +25,8 @@ class Customer(BaseModel):
 
 
 class TicketInput(BaseModel):
-    subject: str = Field(description="The ticket's subject line.")
-    body: str = Field(description="The ticket's text.")
+    subject: str = Field(min_length=1, description="The ticket's subject line.")
+    body: str = Field(min_length=1, description="The ticket's text.")
 
 
 class TicketDecision(BaseModel):

@@ -15,7 +15,7 @@ from jev.schema import FieldPolicy, MaxTokens, Task
 
 
 class MailInput(BaseModel):
-    body: str = Field(description="The mail's text without headers (decoded parts, HTML tags stripped).")
+    body: str = Field(min_length=1, description="The mail's text without headers (decoded parts, HTML tags stripped).")
 
 
 class MailDecision(BaseModel):

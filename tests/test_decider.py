@@ -9,7 +9,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from jev import Decided, Decider
-from jev.engine.decider import UnknownTaskError
+from jev.engine.decider import NOTHING_TO_READ, UnknownTaskError
 from jev.model import CheckpointError
 from jev.schema import (
     InputTooLongError,
@@ -18,6 +18,7 @@ from jev.schema import (
     Task,
     render_input,
 )
+from jev.schema.errors import UNKNOWN_FIELD
 from schemas.mail import TASK as MAIL_TASK
 from schemas.mail import MailDecision
 from tests.conftest import random_model, tiny_config, tiny_tokenizer
@@ -107,7 +108,7 @@ def test_decide_batch_uses_ceil_n_over_max_batch_passes(decider, monkeypatch):
 def test_input_errors_are_clear(decider):
     with pytest.raises(InvalidInputError) as error:
         decider.decide("ticket", {"txt": "typo"})
-    assert [p["loc"] for p in error.value.problems] == ["text"]
+    assert {p["loc"]: p["msg"] for p in error.value.problems} == {"text": "Field required", "txt": UNKNOWN_FIELD}
     with pytest.raises(InputTooLongError, match="over the limit of 24"):
         decider.decide(Routing, {"text": "refund " * 60})
     long_text = "refund " * 30 + "login " * 30
@@ -165,3 +166,17 @@ def test_corrupted_checkpoints_fail_clearly(decider, tmp_path):
     (tmp_path / "jev.json").unlink()
     with pytest.raises(CheckpointError, match="not a Jev decider"):
         Decider.load(tmp_path)
+
+
+def test_unknown_fields_are_refused_not_dropped(decider):
+    with pytest.raises(InvalidInputError) as error:
+        decider.decide("ticket", {"text": "refund please", "subject": "the model never reads this"})
+    assert error.value.problems == [{"loc": "subject", "msg": UNKNOWN_FIELD}]
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t \n"])
+def test_an_input_with_nothing_to_read_is_refused(decider, text):
+    with pytest.raises(InvalidInputError) as error:
+        decider.decide("ticket", {"text": text})
+    assert error.value.problems == [{"loc": "$", "msg": NOTHING_TO_READ}]
+    assert decider.decide("ticket", {"text": " x "}).usage.input_tokens > 1

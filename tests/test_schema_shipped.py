@@ -1,5 +1,8 @@
 """The shipped task schemas: exact value lists (the data's README is the reference) and the example."""
 
+import pytest
+
+from jev.schema import InvalidInputError
 from schemas.chat import TASK as CHAT
 from schemas.examples import TASK as TICKET
 from schemas.examples import Priority, TicketDecision
@@ -100,3 +103,15 @@ def test_example_task_uses_every_field_kind() -> None:
     )
     assert isinstance(decision, TicketDecision)
     assert decision.priority is Priority.URGENT
+
+
+def test_shipped_inputs_refuse_empty_text():
+    """Each text a shipped task reads is declared non-empty, so no surface answers an empty mail."""
+    for task in (MAIL, CHAT, TICKET):
+        texts = [name for name, info in task.input_model.model_fields.items() if info.annotation is str]
+        assert texts, task.name
+        for name in texts:
+            filled = {other: "some text" for other in texts}
+            with pytest.raises(InvalidInputError) as error:
+                task.parse_input({**filled, name: ""})
+            assert [p["loc"] for p in error.value.problems] == [name]

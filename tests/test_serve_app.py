@@ -134,7 +134,7 @@ def test_health_metrics_openapi_and_page(client):
     client.post("/v1/decide/ticket", json={"input": ticket("refund")})
     client.post("/v1/decide/ticket", content=b"{", headers={"content-type": "application/json"})
     metrics = client.get("/metrics")
-    assert metrics.headers["content-type"].startswith("text/plain")
+    assert metrics.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     text = metrics.text
     assert 'jev_http_requests_total{method="POST",route="/v1/decide/ticket",status="200"} 1.0' in text
     assert 'jev_http_requests_total{method="POST",route="/v1/decide/ticket",status="400"} 1.0' in text
@@ -146,7 +146,8 @@ def test_health_metrics_openapi_and_page(client):
     assert paths <= set(schema["paths"])
     assert "TicketDecideRequest" in schema["components"]["schemas"]
     page = client.get("/")
-    assert page.status_code == 200 and "text/html" in page.headers["content-type"] and "app.js" in page.text
+    assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+    assert "app.js" in page.text
     assert client.get("/static/app.js").status_code == 200
 
 
@@ -184,7 +185,9 @@ def test_unknown_task_is_404(client):
 
 def test_body_over_the_limit_is_413(make_client):
     client, _ = make_client(max_body_bytes=2000)
-    assert_problem(client.post("/v1/decide/ticket", json={"input": ticket("x" * 5000)}), 413)
+    body = assert_problem(client.post("/v1/decide/ticket", json={"input": ticket("x" * 5000)}), 413)
+    assert body["limit"] == 2000 and "2000 bytes" in body["detail"]
+    assert "--max-body-bytes" in body["detail"] and "JEV_MAX_BODY_BYTES" in body["detail"]
 
 
 def test_queue_full_is_429_with_retry_after(make_client):

@@ -35,6 +35,7 @@ from jev.schema import (
     FieldPolicy,
     FieldSpec,
     InputTooLongError,
+    InvalidInputError,
     JevError,
     Task,
     Usage,
@@ -43,10 +44,15 @@ from jev.schema import (
     describe_changes,
     load_task,
     render_input,
+    render_values,
 )
 
 BOS_TOKEN = "<bos>"
 DRAFTER_DIR = "drafter"
+NOTHING_TO_READ = (
+    "the input has no text to read: every field is empty or whitespace (or holds only characters the "
+    "tokenizer drops); send the text the task decides on"
+)
 
 
 class UnknownTaskError(JevError):
@@ -198,12 +204,18 @@ class Decider:
     def encode(self, task: Task, data: BaseModel | dict[str, Any]) -> Encoded:
         """Validate, render and tokenise one input, enforcing the task's token limit.
 
+        An input whose values are all blank, or tokenize to nothing, is refused: the model would
+        read only the template's field names, and answer that with confidence.
+
         A task that allows truncation keeps the first three quarters of the limit and the last
         quarter: the start of a text says what it is, its end often says where it came from (a
         mailing list's footer, a signature), and the middle is the least informative part.
         """
-        text = render_input(task, task.parse_input(data))
-        ids = [self._bos, *self.tokenizer.encode(text).ids]
+        instance = task.parse_input(data)
+        said = "".join(render_values(task, instance)).strip()
+        if not said or not self.tokenizer.encode(said).ids:
+            raise InvalidInputError(f"invalid input for task {task.name!r}:", [{"loc": "$", "msg": NOTHING_TO_READ}])
+        ids = [self._bos, *self.tokenizer.encode(render_input(task, instance)).ids]
         limit = self.manifest.tasks[task.name].max_input_tokens
         if len(ids) <= limit:
             return Encoded(ids, truncated=False)

@@ -81,6 +81,13 @@ class TaskLoadError(JevError):
     """A task reference (`module.path:NAME`) does not lead to a Task."""
 
 
+UNKNOWN_FIELD = "unknown field: the model does not read it; remove it, or declare it in the model"
+
+
 def problems_from(error: ValidationError) -> list[Problem]:
     """Turn pydantic's errors into Jev problems, one per field path."""
-    return [{"loc": ".".join(str(part) for part in e["loc"]) or "$", "msg": e["msg"]} for e in error.errors()]
+    return [
+        {"loc": ".".join(str(part) for part in e["loc"]) or "$",
+         "msg": UNKNOWN_FIELD if e["type"] == "extra_forbidden" else e["msg"]}
+        for e in error.errors()
+    ]

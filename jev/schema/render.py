@@ -32,6 +32,11 @@ def render_input(task: Task, data: BaseModel | dict[str, Any]) -> str:
     return "".join(f"{name}: {text}\n" for name, text in _lines(instance, ""))
 
 
+def render_values(task: Task, data: BaseModel | dict[str, Any]) -> list[str]:
+    """The rendered values alone, without the field names the template adds: what the input says."""
+    return [text for _, text in _lines(task.parse_input(data), "")]
+
+
 def _lines(instance: BaseModel, prefix: str) -> Iterator[tuple[str, str]]:
     for attribute in type(instance).model_fields:
         name = prefix + attribute

@@ -65,7 +65,11 @@ class Task:
             )
 
     def parse_input(self, data: BaseModel | dict[str, Any]) -> BaseModel:
-        """The input as an instance of `input_model`; InvalidInputError lists every bad field otherwise."""
+        """The input as an instance of `input_model`; InvalidInputError lists every bad field otherwise.
+
+        Unknown fields are refused at every depth, whatever the model's `extra` setting: the model
+        reads only declared fields, so a field it would drop must not look as if it were read.
+        """
         if isinstance(data, self.input_model):
             return data
         if not isinstance(data, dict):
@@ -79,7 +83,7 @@ class Task:
                 ],
             )
         try:
-            return self.input_model.model_validate(data)
+            return self.input_model.model_validate(data, extra="forbid")
         except ValidationError as error:
             raise InvalidInputError(f"invalid input for task {self.name!r}:", problems_from(error)) from None
 

@@ -59,6 +59,9 @@ def create_app(model: str | Path | Decider | Engine, settings: ServeSettings | N
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="Jev decision service", version="1", path="/schema"),
-        state={"retry_after_s": settings.retry_after_s, "max_batch_inputs": settings.max_batch_inputs},
+        state={
+            "retry_after_s": settings.retry_after_s, "max_batch_inputs": settings.max_batch_inputs,
+            "max_body_bytes": settings.max_body_bytes, "max_json_depth": settings.max_json_depth,
+        },
         debug=False,
     )

@@ -1,7 +1,7 @@
 """`jev serve`: run the decision service under uvicorn.
 
 Each flag has an environment variable (`JEV_MAX_BATCH`, `JEV_MAX_WAIT_MS`, `JEV_MAX_QUEUE`,
-`JEV_REQUEST_TIMEOUT_S`, `JEV_MAX_BODY_BYTES`, `JEV_MAX_BATCH_INPUTS`, `JEV_RETRY_AFTER_S`,
+`JEV_REQUEST_TIMEOUT_S`, `JEV_MAX_BODY_BYTES`, `JEV_MAX_JSON_DEPTH`, `JEV_MAX_BATCH_INPUTS`, `JEV_RETRY_AFTER_S`,
 `JEV_DRAIN_TIMEOUT_S`, `JEV_API_KEY` comma-separated); a flag given on the command line wins.
 """
 

@@ -14,11 +14,8 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
 from litestar.utils.scope.state import ScopeState
-from pydantic import ValidationError
 
 from jev.schema import InputTooLongError, InvalidInputError, JevError, Task
-from jev.schema import Problem as SchemaProblem
-from jev.schema.errors import problems_from
 from jev.serve.batcher import DeadlinePassedError, QueueFullError, ShuttingDownError
 from jev.serve.wire import Problem, ProblemItem
 
@@ -62,10 +59,16 @@ def handle_http(request: Request, error: HTTPException) -> Response:
         headers.setdefault("WWW-Authenticate", 'Bearer realm="jev"')
     extra = error.extra if isinstance(error.extra, list) else []
     errors = [ProblemItem(str(e.get("key", "$")), str(e.get("message", ""))) for e in extra if isinstance(e, dict)]
-    title, detail = _TITLES.get(error.status_code, "HTTP error"), str(error.detail)
+    title, detail, limit = _TITLES.get(error.status_code, "HTTP error"), str(error.detail), None
     if isinstance(error.__cause__, SerializationException):
         title, detail = "Malformed JSON", f"the body is not valid JSON: {detail}"
-    problem = Problem(title=title, status=error.status_code, detail=detail, errors=errors)
+    if error.status_code == 413:
+        limit = request.app.state.get("max_body_bytes")
+        detail = (
+            f"the body is over the limit of {limit} bytes; send less (a batch can be split into several "
+            "requests), or raise the limit with --max-body-bytes / JEV_MAX_BODY_BYTES"
+        )
+    problem = Problem(title=title, status=error.status_code, detail=detail, errors=errors, limit=limit)
     return problem_response(_with_instance(problem, request), headers)
 
 
@@ -113,26 +116,29 @@ def _body_problems(task: Task, data: Any, batch: bool, max_inputs: int) -> list[
     key = "inputs" if batch else "input"
     if not isinstance(data, dict):
         return [ProblemItem("$", f"expected a JSON object with {key!r}")]
+    unknown = [ProblemItem(name, f"unknown field: the body holds only {key!r}") for name in data if name != key]
     if key not in data:
-        return [ProblemItem(key, "Field required")]
+        return [ProblemItem(key, "Field required"), *unknown]
+    return unknown + _inputs_problems(task, data[key], batch, max_inputs)
+
+
+def _inputs_problems(task: Task, data: Any, batch: bool, max_inputs: int) -> list[ProblemItem]:
     if not batch:
-        return _input_problems(task, data["input"], "input.")
-    inputs = data["inputs"]
-    if not isinstance(inputs, list):
+        return _input_problems(task, data, "input.")
+    if not isinstance(data, list):
         return [ProblemItem("inputs", "expected a list of inputs")]
-    if not 1 <= len(inputs) <= max_inputs:
-        return [ProblemItem("inputs", f"expected 1 to {max_inputs} inputs, got {len(inputs)}")]
-    return [p for i, item in enumerate(inputs) for p in _input_problems(task, item, f"inputs.{i}.")]
+    if not 1 <= len(data) <= max_inputs:
+        return [ProblemItem("inputs", f"expected 1 to {max_inputs} inputs, got {len(data)}")]
+    return [p for i, item in enumerate(data) for p in _input_problems(task, item, f"inputs.{i}.")]
 
 
 def _input_problems(task: Task, data: Any, prefix: str) -> list[ProblemItem]:
     if not isinstance(data, dict):
         return [ProblemItem(prefix.rstrip("."), f"expected a {task.input_model.__name__} object")]
     try:
-        task.input_model.model_validate(data)
-    except ValidationError as error:
-        found: list[SchemaProblem] = problems_from(error)
-        return [ProblemItem(_join(prefix, p["loc"]), p["msg"]) for p in found]
+        task.parse_input(data)
+    except InvalidInputError as error:
+        return [ProblemItem(_join(prefix, p["loc"]), p["msg"]) for p in error.problems]
     return []
 
 

@@ -11,6 +11,7 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody
 
+from jev.serve.body import check_json_body
 from jev.serve.problems import ProblemError, body_problem_handler
 from jev.serve.service import Service
 from jev.serve.wire import (
@@ -38,11 +39,11 @@ def _problems(*statuses: int) -> dict[int, ResponseSpec]:
 
 
 _DESCRIPTIONS = {
-    400: "Malformed JSON", 401: "Missing or invalid API key", 404: "Unknown task", 413: "Body too large",
-    422: "Input does not fit the task, or is too long", 429: "Queue full (see Retry-After)",
-    503: "Not ready or shutting down", 504: "No answer before the deadline",
+    400: "Malformed JSON, or JSON nested too deep", 401: "Missing or invalid API key", 404: "Unknown task",
+    413: "Body too large", 415: "The body is not JSON", 422: "Input does not fit the task, or is too long",
+    429: "Queue full (see Retry-After)", 503: "Not ready or shutting down", 504: "No answer before the deadline",
 }
-_DECIDE_ERRORS = _problems(400, 401, 404, 413, 422, 429, 503, 504)
+_DECIDE_ERRORS = _problems(400, 401, 404, 413, 415, 422, 429, 503, 504)
 
 
 def decide_routes(wire: TaskWire) -> list[HTTPRouteHandler]:
@@ -64,7 +65,7 @@ def decide_routes(wire: TaskWire) -> list[HTTPRouteHandler]:
     decide_batch.__annotations__ = {
         "data": JSONBody[wire.batch_request], "service": service, "return": wire.batch_response,
     }
-    common = dict(status_code=200, tags=["decide"], responses=_DECIDE_ERRORS)
+    common = dict(status_code=200, tags=["decide"], responses=_DECIDE_ERRORS, before_request=check_json_body)
     return [
         post(
             f"/v1/decide/{name}", operation_id=f"decide_{name}", summary=f"Decide one {name} input",
@@ -142,7 +143,8 @@ async def ready(service: NamedDependency[Service]) -> Health:
                        {"Retry-After": str(service.settings.retry_after_s)})
 
 
-@get("/metrics", tags=["health"], media_type="text/plain; version=0.0.4; charset=utf-8")
+# litestar appends `; charset=utf-8` to text types itself; naming it here too sent it twice.
+@get("/metrics", tags=["health"], media_type="text/plain; version=0.0.4")
 async def metrics(service: NamedDependency[Service]) -> bytes:
     """Prometheus exposition of this app's registry."""
     return service.metrics.exposition()
@@ -151,7 +153,7 @@ async def metrics(service: NamedDependency[Service]) -> bytes:
 @get("/", include_in_schema=False, opt={"public": True})
 async def page() -> Response[bytes]:
     """The page for people: pick a task, fill its input, see every value's probability."""
-    return Response((STATIC / "index.html").read_bytes(), media_type="text/html; charset=utf-8")
+    return Response((STATIC / "index.html").read_bytes(), media_type="text/html")
 
 
 GENERIC_ROUTES = [unknown_task, unknown_task_batch, list_tasks, task_detail, models, calibration, live, ready,

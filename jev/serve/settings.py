@@ -15,7 +15,8 @@ class ServeSettings:
     """`max_batch`/`max_wait_ms`: a batch runs when it is full or its oldest request waited this long
     (`max_batch=1` turns batching off). `max_queue`: inputs waiting at most; more get 429.
     `request_timeout_s`: a request still unanswered then gets 504 and its queued work is dropped.
-    `max_body_bytes`: larger bodies get 413. `max_batch_inputs`: the most inputs in one batch request.
+    `max_body_bytes`: larger bodies get 413. `max_json_depth`: bodies whose arrays and objects nest deeper
+    get 400 before they are decoded. `max_batch_inputs`: the most inputs in one batch request.
     `retry_after_s`: what 429 and 503 tell clients to wait. `api_keys`: empty means no auth.
     `drain_timeout_s`: how long shutdown waits for queued work to finish."""
 
@@ -24,13 +25,14 @@ class ServeSettings:
     max_queue: int = 1024
     request_timeout_s: float = 30.0
     max_body_bytes: int = 1_000_000
+    max_json_depth: int = 32
     max_batch_inputs: int = 64
     retry_after_s: int = 1
     drain_timeout_s: float = 30.0
     api_keys: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "max_queue", "max_body_bytes", "max_batch_inputs", "retry_after_s"):
+        for name in ("max_batch", "max_queue", "max_body_bytes", "max_json_depth", "max_batch_inputs", "retry_after_s"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("max_wait_ms", "request_timeout_s", "drain_timeout_s"):

@@ -5,7 +5,9 @@ with msgspec, which is several times faster and gives litestar an exact OpenAPI 
 The Struct checks types and the common constraints (bounds, lengths, patterns); pydantic still
 validates every input afterwards, because only it knows a model's custom validators. A type the
 compiler cannot express becomes `Any` on the wire, so pydantic alone judges that field. Optional
-fields are `UNSET` when absent, so pydantic, not the Struct, fills in their defaults.
+fields are `UNSET` when absent, so pydantic, not the Struct, fills in their defaults. Unknown
+fields are refused whatever the model's `extra` setting: the model reads only declared fields
+(`jev.schema.render`), so accepting others would let a caller believe it read them.
 """
 
 import datetime
@@ -35,10 +37,9 @@ class StructCompiler:
     def struct(self, model: type[BaseModel], name: str | None = None) -> type[msgspec.Struct]:
         if model in self._done:
             return self._done[model]
-        forbid = model.model_config.get("extra") == "forbid"
         specs = [self._field(attribute, info) for attribute, info in model.model_fields.items()]
         struct = msgspec.defstruct(
-            name or f"{self.prefix}{model.__name__}", specs, kw_only=True, forbid_unknown_fields=forbid,
+            name or f"{self.prefix}{model.__name__}", specs, kw_only=True, forbid_unknown_fields=True,
             module=self.module,
         )
         self._done[model] = struct

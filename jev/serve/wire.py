@@ -23,7 +23,8 @@ class ProblemItem(msgspec.Struct):
 
 
 class Problem(msgspec.Struct, omit_defaults=True):
-    """RFC 9457 problem details; `errors` lists every invalid field, `tokens`/`limit` an over-long input."""
+    """RFC 9457 problem details; `errors` lists every invalid field. `limit` is the limit a request went
+    over: tokens for an over-long input (with its `tokens`), bytes for a 413, levels for a too-deep body."""
 
     title: str
     status: int
@@ -160,9 +161,13 @@ class TaskWire:
         compiler = StructCompiler(prefix, f"jev.serve.tasks.{task.name.replace('-', '_')}")
         input_struct = compiler.struct(task.input_model, f"{prefix}Input")
         decision = compiler.struct(task.decision_model, f"{prefix}Decision")
-        request = msgspec.defstruct(f"{prefix}DecideRequest", [("input", input_struct)], module=compiler.module)
+        request = msgspec.defstruct(
+            f"{prefix}DecideRequest", [("input", input_struct)], forbid_unknown_fields=True, module=compiler.module
+        )
         inputs = Annotated[list[input_struct], msgspec.Meta(min_length=1, max_length=max_batch_inputs)]
-        batch_request = msgspec.defstruct(f"{prefix}BatchRequest", [("inputs", inputs)], module=compiler.module)
+        batch_request = msgspec.defstruct(
+            f"{prefix}BatchRequest", [("inputs", inputs)], forbid_unknown_fields=True, module=compiler.module
+        )
         response = msgspec.defstruct(
             f"{prefix}Decided",
             [("value", decision), ("probs", dict[str, dict[str, float]]), ("outcomes", dict[str, OutcomeWire]),
