@@ -44,7 +44,9 @@ def test_remote_decision_is_the_local_type_with_identical_probabilities(client, 
         assert remote.probs[name] == pytest.approx(table, abs=1e-6)
     assert set(remote.probs["routing.escalate"]) == {False, True} and None in remote.probs["sentiment"]
     assert remote.outcomes.keys() == local.outcomes.keys()
-    assert remote.usage.forward_passes == 1 and remote.usage.input_tokens == local.usage.input_tokens
+    timing = {"queue_ms": remote.usage.queue_ms, "compute_ms": remote.usage.compute_ms}
+    assert remote.usage == local.usage.model_copy(update=timing)
+    assert remote.usage.decision_passes == 1 and remote.usage.generation_passes == 0
     assert remote.model["schema_hash"] == local.model["schema_hash"]
 
 
@@ -119,5 +121,6 @@ def test_text_fields_travel_through_the_service_and_the_client(client, decider):
     local = decider.decide(MailDecision, data)
     assert isinstance(remote.value.subject, str) and remote.value == local.value
     assert remote.usage.generated_tokens == local.usage.generated_tokens > 0
-    assert remote.usage.forward_passes == local.usage.forward_passes > 1
+    assert remote.usage.generation_passes == local.usage.generation_passes > 0
+    assert remote.usage.decision_passes == local.usage.decision_passes == 1
     assert remote.model["truncated_texts"] == local.model["truncated_texts"]

@@ -71,7 +71,7 @@ def test_result_is_the_users_model_with_every_value_probability(decider):
     assert list(result.probs["sentiment"]) == ["pos", "neg", None]
     for name in ("priority", "severity", "sentiment", "routing.team", "routing.escalate"):
         assert sum(result.probs[name].values()) == pytest.approx(1.0, abs=1e-5)
-    assert result.usage.forward_passes == 1 and result.usage.input_tokens > 1
+    assert result.usage.decision_passes == 1 and result.usage.generation_passes == 0 and result.usage.input_tokens > 1
 
 
 def test_value_agrees_with_probabilities(decider):

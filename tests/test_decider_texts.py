@@ -95,7 +95,8 @@ def test_text_continues_the_decision_cache_exactly_as_a_fresh_prompt(decider: De
         text = decider.tokenizer.decode(fresh if ended else fresh[:-1]).split('"')[0]
         assert result.value.summary == parse_text(text)
         assert result.usage.generated_tokens == len(fresh)
-        assert result.usage.forward_passes > 1 and result.usage.accepted_length == pytest.approx(1.0)
+        assert result.usage.decision_passes == 1 and result.usage.accepted_length == pytest.approx(1.0)
+        assert result.usage.generation_passes == 1 + len(fresh), "a pass reads the prompt, then one per token"
         assert result.model["truncated_texts"] == ([] if ended else ["summary"])
 
 

@@ -1,9 +1,12 @@
 """The shipped model end to end: its drafter loads, and it writes subject lines through the service and client."""
 
+import json
+import re
 from pathlib import Path
 
 from litestar.testing import TestClient
 
+import jev.engine.decider as decider_module
 from jev import Client, Decider
 from jev.engine.drafters.dspark import DSparkDrafter
 from jev.serve import ServeSettings, create_app
@@ -24,4 +27,15 @@ def test_the_default_model_writes_subject_lines_through_the_service_and_the_clie
     assert remote.value == local.value and remote.value.subject.strip()
     assert remote.usage.generated_tokens == local.usage.generated_tokens > 0
     assert remote.usage.accepted_length >= 1.0
-    assert remote.usage.forward_passes < 1 + 1 + remote.usage.generated_tokens + 1
+    assert remote.usage.decision_passes == 1
+    assert 0 < remote.usage.generation_passes <= 1 + remote.usage.generated_tokens
+
+
+def test_the_deciders_docstring_example_is_true() -> None:
+    """`jev.engine.decider`'s example states a kind, a rounded probability and the decision passes."""
+    example = re.search(r"decide\(MailDecision, (\{.*\})\)\n.*# '(\w+)', ([\d.]+), (\d+)", decider_module.__doc__)
+    assert example, "the example's input and its stated answer"
+    data, kind, spam, passes = json.loads(example[1]), example[2], float(example[3]), int(example[4])
+    result = Decider.load(MODEL, speculative=False).decide(MailDecision, data)
+    assert result.value.kind == kind and round(result.probs["kind"]["spam"], 2) == spam
+    assert result.usage.decision_passes == passes

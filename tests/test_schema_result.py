@@ -17,19 +17,19 @@ def test_decided_is_subscriptable_and_validates_value_as_the_decision_model() ->
     decided = Decided[MailDecision](
         value={"kind": "spam", "mailing_list": True, "reply": False, "subject": "Win"},
         probs=PROBS,
-        usage=Usage(input_tokens=12, forward_passes=1),
+        usage=Usage(input_tokens=12, decision_passes=1),
         model={"name": "tiny"},
     )
     assert type(decided.value) is MailDecision
     assert decided.value.kind == "spam"
     assert decided.probs["mailing_list"][True] == 0.6
-    assert decided.usage == Usage(input_tokens=12, forward_passes=1, queue_ms=0.0, compute_ms=0.0)
+    assert decided.usage == Usage(input_tokens=12, decision_passes=1, queue_ms=0.0, compute_ms=0.0)
 
 
 def test_decided_refuses_a_value_that_is_not_the_decision() -> None:
     with pytest.raises(ValidationError):
         Decided[MailDecision](
-            value={"kind": "eggs"}, probs=PROBS, usage=Usage(input_tokens=1, forward_passes=1)
+            value={"kind": "eggs"}, probs=PROBS, usage=Usage(input_tokens=1, decision_passes=1)
         )
 
 
@@ -37,7 +37,7 @@ def test_decided_round_trips_through_json() -> None:
     decided = Decided[MailDecision](
         value=MailDecision(kind="easy_ham", mailing_list=False, reply=True, subject="Re: lunch"),
         probs={"kind": PROBS["kind"]},
-        usage=Usage(input_tokens=3, forward_passes=1, compute_ms=1.5),
+        usage=Usage(input_tokens=3, decision_passes=1, compute_ms=1.5),
     )
     again = Decided[MailDecision].model_validate_json(decided.model_dump_json())
     assert again.value == decided.value
@@ -46,7 +46,9 @@ def test_decided_round_trips_through_json() -> None:
 
 def test_usage_counts_cannot_be_negative() -> None:
     with pytest.raises(ValidationError):
-        Usage(input_tokens=-1, forward_passes=1)
+        Usage(input_tokens=-1, decision_passes=1)
+    with pytest.raises(ValidationError):
+        Usage(input_tokens=1, decision_passes=1, generation_passes=-1)
 
 
 def test_input_too_long_says_by_how_much() -> None:

@@ -62,7 +62,7 @@ def test_decide_returns_value_probabilities_outcomes_usage_and_ids(client):
     assert sum(body["probs"]["priority"].values()) == pytest.approx(1, abs=1e-5)
     assert set(body["outcomes"]) == set(body["probs"]) and body["outcomes"]["priority"]["abstained"] is False
     usage = body["usage"]
-    assert usage["forward_passes"] == 1 and usage["input_tokens"] > 1
+    assert usage["decision_passes"] == 1 and usage["generation_passes"] == 0 and usage["input_tokens"] > 1
     assert usage["queue_ms"] >= 0 and usage["compute_ms"] > 0
     model = body["model"]
     assert model["task"] == "ticket" and model["schema_hash"] == TICKET.spec.hash

@@ -6,6 +6,7 @@ Set `JEV_SCREENSHOT=path.png` to keep the screenshot it takes.
 """
 
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -66,7 +67,8 @@ def test_a_person_decides_one_ticket(base_url, tmp_path):
             assert priority.locator(".bar-row").count() == 2
             assert priority.locator(".bar-row.chosen").count() == 1
             assert "answered" in priority.locator(".outcome").inner_text()
-            assert "forward pass" in page.inner_text("#usage")
+            assert "1 decision pass ·" in page.inner_text("#usage")
+            assert "generation pass" not in page.inner_text("#usage")
             page.select_option("#task", "strict")
             page.wait_for_selector("#field-text")
             page.fill("#field-text", "long " * 200)
@@ -86,7 +88,8 @@ def test_a_person_decides_one_ticket(base_url, tmp_path):
             page.wait_for_selector('[data-field="subject"] .text-value')
             assert page.locator("#decision .field").count() == 4
             assert page.locator('[data-field="subject"] .bar-row').count() == 0
-            assert "tokens generated" in page.inner_text("#usage")
+            assert "1 decision pass ·" in page.inner_text("#usage")
+            assert re.search(r"\d+ generation pass(es)? wrote \d+ tokens", page.inner_text("#usage"))
             page.screenshot(path=str(screenshot), full_page=True)
             assert not errors, errors
         finally:

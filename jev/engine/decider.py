@@ -2,11 +2,12 @@
 
     decider = Decider.load("models/default")
     result = decider.decide(MailDecision, {"body": "Win a free cruise! Click here."})
-    result.value.kind, result.probs["kind"]["spam"], result.usage.forward_passes  # 'spam', 0.97, 1
+    result.value.kind, round(result.probs["kind"]["spam"], 2), result.usage.decision_passes  # 'spam', 0.91, 1
 
-One forward pass decides every closed field of a whole batch (see `jev.engine.decision`). Text
-fields are then generated after the decided values, continuing that pass's cache
-(`jev.engine.texts`), speculatively when the decider has a drafter.
+One forward pass decides every closed field of a whole batch (see `jev.engine.decision`); `usage`
+counts it as `decision_passes`. Text fields (the mail's `subject`) are then generated after the
+decided values, continuing that pass's cache (`jev.engine.texts`), speculatively when the decider
+has a drafter; `usage.generation_passes` counts those steps apart.
 """
 
 import time
@@ -277,7 +278,8 @@ class Decider:
             value = task.spec.build({**closed[row], **(texts.texts[row] if texts else {})})
             usage = Usage(
                 input_tokens=len(item.token_ids),
-                forward_passes=1 + (texts.forward_passes if texts else 0),
+                decision_passes=1,
+                generation_passes=texts.forward_passes if texts else 0,
                 generated_tokens=texts.generated_tokens[row] if texts else 0,
                 accepted_length=texts.accepted_length if texts else 0.0,
                 compute_ms=compute_ms,

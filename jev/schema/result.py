@@ -14,14 +14,21 @@ DecisionT = TypeVar("DecisionT", bound=BaseModel)
 
 
 class Usage(BaseModel):
-    """What one decision cost: tokens read, sequential forward passes its batch ran, time queued and
-    computing; for text fields, the tokens it generated and the tokens per target pass of that
-    generation (speculative decoding makes this exceed 1)."""
+    """What one decision cost, with the decision and the writing of text fields apart.
+
+    `decision_passes` is the forward pass that decided every closed field (one, shared by the
+    batch the input ran in). `generation_passes` are the sequential target passes that wrote the
+    text fields afterwards, continuing that pass's cache (0 for a task without text fields);
+    `generated_tokens` counts the tokens they wrote and `accepted_length` the tokens per target
+    pass (above 1 when speculative drafts are accepted). `queue_ms` is time waiting for a batch,
+    `compute_ms` the batch's time computing.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     input_tokens: int = Field(ge=0)
-    forward_passes: int = Field(ge=0)
+    decision_passes: int = Field(ge=0)
+    generation_passes: int = Field(default=0, ge=0)
     generated_tokens: int = Field(default=0, ge=0)
     accepted_length: float = Field(default=0.0, ge=0)
     queue_ms: float = Field(default=0.0, ge=0)

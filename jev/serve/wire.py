@@ -37,10 +37,12 @@ class Problem(msgspec.Struct, omit_defaults=True):
 
 
 class UsageWire(msgspec.Struct):
-    """`generated_tokens` and `accepted_length` (tokens per target pass) describe text-field generation."""
+    """`jev.schema.Usage` on the wire: the one decision pass apart from the passes that wrote text fields
+    (`generation_passes`, with `generated_tokens` and `accepted_length`, tokens per target pass)."""
 
     input_tokens: int
-    forward_passes: int
+    decision_passes: int
+    generation_passes: int
     queue_ms: float
     compute_ms: float
     generated_tokens: int = 0
@@ -187,8 +189,8 @@ class TaskWire:
             probs={name: {probability_key(v): p for v, p in table.items()} for name, table in decided.probs.items()},
             outcomes={name: OutcomeWire(**o.model_dump()) for name, o in decided.outcomes.items()},
             usage=UsageWire(
-                usage.input_tokens, usage.forward_passes, queue_ms, usage.compute_ms, usage.generated_tokens,
-                usage.accepted_length,
+                usage.input_tokens, usage.decision_passes, usage.generation_passes, queue_ms, usage.compute_ms,
+                usage.generated_tokens, usage.accepted_length,
             ),
             model=ModelInfo(
                 task=self.task.name, schema_hash=self.task.spec.hash,

@@ -157,9 +157,11 @@ function renderDecision(detail, answer) {
     box.append(section);
   }
   const u = answer.usage;
-  const generated = u.generated_tokens ? ` · ${u.generated_tokens} tokens generated, ` +
-    `${u.accepted_length.toFixed(2)} per target pass` : "";
-  $("usage").textContent = `${u.input_tokens} input tokens · ${u.forward_passes} forward passes${generated} · ` +
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "es"}`;
+  const generated = u.generation_passes ? ` · ${plural(u.generation_passes, "generation pass")} wrote ` +
+    `${u.generated_tokens} tokens, ${u.accepted_length.toFixed(2)} per target pass` : "";
+  $("usage").textContent = `${u.input_tokens} input tokens · ${plural(u.decision_passes, "decision pass")}` +
+    `${generated} · ` +
     `queued ${u.queue_ms.toFixed(1)} ms · computed ${u.compute_ms.toFixed(1)} ms · model ${answer.model.model_id}` +
     (answer.model.calibrated ? " (calibrated)" : " (not calibrated)");
   $("answer").hidden = false;
