@@ -37,6 +37,7 @@ def add_convert_command(commands: argparse._SubParsersAction) -> None:
         parser.add_argument(f"--{stage}-lr", type=float, default=heal.lr(stage))
     parser.add_argument("--batch-size", type=int, default=heal.batch_size, help="rows per healing step")
     parser.add_argument("--seed", type=int, default=heal.seed)
+    parser.add_argument("--save-every", type=int, default=heal.save_every, help="steps between saved states")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.set_defaults(func=_run_convert)
 
@@ -57,7 +58,7 @@ def _run_convert(args: argparse.Namespace) -> int:
         heal=HealSettings(
             transfer_steps=args.transfer_steps, distill_steps=args.distill_steps, indexer_steps=args.indexer_steps,
             transfer_lr=args.transfer_lr, distill_lr=args.distill_lr, indexer_lr=args.indexer_lr,
-            batch_size=args.batch_size, seed=args.seed,
+            batch_size=args.batch_size, seed=args.seed, save_every=args.save_every,
         ),
         block_size=args.block_size,
         calibration_blocks=args.calibration_blocks,

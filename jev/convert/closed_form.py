@@ -41,7 +41,7 @@ class MLARanks:
 
     kv_lora_rank: int = 128
     qk_rope_head_dim: int = 32
-    rope_stride: int = 2
+    rope_stride: int = 1
     index_n_heads: int = 4
     index_head_dim: int = 32
     index_topk: int = 256

@@ -171,6 +171,13 @@ def read_gguf(path: Path) -> LlamaSource:
     return LlamaSource(config, weights, tokenizer, tokenizer_config, origin)
 
 
+def read_gguf_tokenizer(path: Path) -> Tokenizer:
+    """Only the tokenizer of a GGUF file (nothing is dequantised)."""
+    import gguf
+
+    return _gguf_tokenizer(gguf.GGUFReader(str(path)))[0]
+
+
 def _gguf_tokenizer(reader) -> tuple[Tokenizer, dict]:
     """The GGUF's byte-level BPE as an HF `tokenizers` object, plus its transformers config."""
     fields = reader.fields
@@ -182,7 +189,7 @@ def _gguf_tokenizer(reader) -> tuple[Tokenizer, dict]:
         raise SourceError(f"tokenizer model {value('tokenizer.ggml.model')!r}: Jev converts byte-level BPE only")
     tokens: list[str] = value("tokenizer.ggml.tokens")
     types: list[int] = value("tokenizer.ggml.token_type")
-    merges = [tuple(merge.split(" ", 1)) for merge in value("tokenizer.ggml.merges")]
+    merges = [tuple(merge.split(" ", 1)) for merge in value("tokenizer.ggml.merges") or []]
     pre = value("tokenizer.ggml.pre", "default")
     if pre not in _PRE_TOKENIZER_SPLITS:
         raise SourceError(f"pre-tokenizer {pre!r} is not one Jev knows: {sorted(_PRE_TOKENIZER_SPLITS)}")

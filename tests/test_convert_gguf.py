@@ -1,0 +1,171 @@
+"""GGUF reading on a small GGUF the test writes with the `gguf` package, and `jev convert` end to end on it.
+
+The file is written as llama.cpp writes one (Q/K rows permuted to interleaved pairs, one tensor
+quantised to Q8_0); transformers' own GGUF loader is the independent reference for what it holds.
+"""
+
+import json
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from tokenizers import pre_tokenizers
+from transformers import AutoModelForCausalLM, DeepseekV32ForCausalLM
+
+from jev.cli import main
+from jev.convert.llama import LlamaTeacher
+from jev.convert.source import SourceError, read_gguf
+from jev.model import Model
+from tests.conftest import rel_err
+from tests.test_convert import VOCAB, ids, tiny_llama
+
+BYTES = sorted(pre_tokenizers.ByteLevel.alphabet())
+TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *BYTES] + [f"<unused{i}>" for i in range(VOCAB - 259)]
+TEXT = "the quick brown fox jumps over the lazy dog 0123456789, " * 400
+
+
+def llama_cpp_permute(weight: np.ndarray, n_heads: int) -> np.ndarray:
+    """llama.cpp's `LlamaModel.permute`: transformers' half-split head rows to interleaved pairs."""
+    return weight.reshape(n_heads, 2, weight.shape[0] // n_heads // 2, -1).swapaxes(1, 2).reshape(weight.shape)
+
+
+def write_gguf(model, path) -> None:
+    cfg = model.config
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(TOKENS)
+    writer.add_token_types([3, 3, 3] + [1] * (VOCAB - 3))
+    writer.add_token_merges([])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_chat_template("{{ messages }}")
+    names = {"embed_tokens": "token_embd", "norm": "output_norm"}
+    layer_names = {
+        "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+        "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    }
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight":
+            continue
+        array = tensor.numpy().astype(np.float32)
+        parts = name.removeprefix("model.").removesuffix(".weight")
+        if parts.startswith("layers."):
+            _, layer, rest = parts.split(".", 2)
+            target = f"blk.{layer}.{layer_names[rest]}.weight"
+            if rest in ("self_attn.q_proj", "self_attn.k_proj"):
+                heads = cfg.num_attention_heads if rest.endswith("q_proj") else cfg.num_key_value_heads
+                array = llama_cpp_permute(array, heads)
+        else:
+            target = f"{names[parts]}.weight"
+        if target == "blk.0.ffn_up.weight":  # one quantised tensor, so dequantisation is exercised
+            writer.add_tensor(target, gguf.quants.quantize(array, gguf.GGMLQuantizationType.Q8_0),
+                              raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(target, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.fixture
+def gguf_file(tmp_path):
+    model = tiny_llama(tmp_path / "hf", kv_heads=2, eps=1e-6)
+    path = tmp_path / "tiny.gguf"
+    write_gguf(model, path)
+    return path
+
+
+def test_gguf_tokenizer_reads_specials_and_splits_digits(gguf_file):
+    tokenizer = read_gguf(gguf_file).tokenizer
+    encoding = tokenizer.encode("<|im_start|>ab 12<|im_end|>")
+    assert encoding.tokens == ["<|im_start|>", "a", "b", "Ġ", "1", "2", "<|im_end|>"]
+    assert tokenizer.decode(encoding.ids, skip_special_tokens=False) == "<|im_start|>ab 12<|im_end|>"
+
+
+def test_gguf_source_computes_what_transformers_reads_from_it(gguf_file):
+    reference = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32).eval()
+    source = read_gguf(gguf_file)
+    assert source.config.num_key_value_heads == 2 and source.config.tie_word_embeddings
+    assert source.tokenizer_config["bos_token"] == "<|im_start|>"
+    tokens = ids()
+    with torch.no_grad():
+        assert rel_err(LlamaTeacher(source)(tokens), reference(tokens).logits) <= 1e-5
+
+
+def test_gguf_of_another_architecture_is_refused(tmp_path):
+    writer = gguf.GGUFWriter(str(tmp_path / "x.gguf"), "gpt2")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(SourceError, match="Llama-architecture"):
+        read_gguf(tmp_path / "x.gguf")
+
+
+def test_convert_command_heals_resumes_and_writes_a_folder_transformers_loads(gguf_file, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "converted"
+    args = ["convert", "--source", str(gguf_file), "--out", str(out), "--corpus", str(corpus),
+            "--kv-lora-rank", "24", "--qk-rope-head-dim", "8", "--rope-stride", "1", "--index-n-heads", "8",
+            "--index-head-dim", "8", "--index-topk", "16", "--block-size", "64", "--calibration-blocks", "4",
+            "--transfer-steps", "4", "--distill-steps", "3", "--indexer-steps", "3", "--batch-size", "2"]
+    assert main(args) == 0
+    history = json.loads((out / "convert.json").read_text())["history"]
+    assert [len(history[s]) for s in ("transfer", "distill", "indexer")] == [4, 3, 3]
+    assert not (out / "heal_state").exists()
+
+    model = Model.from_pretrained(out)
+    assert model.config.kv_lora_rank == 24 and model.config.tie_word_embeddings
+    tokens = ids(48, 2)
+    reference = DeepseekV32ForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        assert rel_err(model(tokens), reference(tokens).logits) <= 1e-4
+        with model.attending_every_key():
+            dense = model(tokens)
+        assert rel_err(dense, model(tokens)) > 1e-6, "top-16 of 48 keys should differ from dense attention"
+
+
+def test_a_stopped_heal_continues_from_its_state(gguf_file, tmp_path, monkeypatch):
+    from jev.convert import heal
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "converted"
+    args = ["convert", "--source", str(gguf_file), "--out", str(out), "--corpus", str(corpus), "--kv-lora-rank", "24",
+            "--qk-rope-head-dim", "8", "--index-head-dim", "8", "--block-size", "64", "--calibration-blocks", "4",
+            "--transfer-steps", "4", "--distill-steps", "4", "--indexer-steps", "2", "--batch-size", "2",
+            "--save-every", "1"]
+    original = heal.distill_step
+    calls = {"n": 0}
+
+    def dies_after_two(*a):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise KeyboardInterrupt
+        return original(*a)
+
+    monkeypatch.setattr(heal, "STEPS", {**heal.STEPS, "distill": dies_after_two})
+    with pytest.raises(KeyboardInterrupt):
+        main(args)
+    progress = heal.read_progress(out / "heal_state")
+    assert (progress["stage"], progress["step"]) == ("distill", 2)
+    monkeypatch.setattr(heal, "STEPS", {**heal.STEPS, "distill": original})
+    assert main(args) == 0
+    history = json.loads((out / "convert.json").read_text())["history"]
+    assert [h["step"] for h in history["distill"]] == [1, 2, 3, 4]
+    assert len(history["transfer"]) == 4 and len(history["indexer"]) == 2
