@@ -48,6 +48,7 @@ class TicketDecision(BaseModel):
 
 TICKET = Task(name="ticket", input_model=TicketInput, decision_model=TicketDecision, truncate=True)
 STRICT = Task(name="strict", input_model=TicketInput, decision_model=Routing)
+UNTRAINED = Task(name="untrained", input_model=TicketInput, decision_model=Routing)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +139,17 @@ def test_saved_decider_loads_with_identical_answers(decider, tmp_path):
     assert loaded.decide(TicketDecision, data).probs == decider.decide(TicketDecision, data).probs
     mail = loaded.decide(MailDecision, {"body": "Win a free cruise"})
     assert isinstance(mail.value, MailDecision)
+
+
+def test_a_task_the_model_never_learned_is_refused_at_load_with_the_command_that_trains_it(decider, tmp_path):
+    decider.save(tmp_path)
+    with pytest.raises(UnknownTaskError) as error:
+        Decider.load(tmp_path, tasks=[TICKET, UNTRAINED])
+    message = str(error.value)
+    assert "'untrained'" in message and "['mail', 'strict', 'ticket']" in message
+    reference = f"{TicketInput.__module__}:UNTRAINED"  # pytest may import this file as `test_decider`
+    assert f"jev train decide --base {tmp_path} --task {reference} --data " in message
+    assert '{"input": {...}, "label": {...}}' in message
 
 
 def test_changed_schema_is_refused_naming_the_field(decider, tmp_path):

@@ -10,6 +10,7 @@ decided values, continuing that pass's cache (`jev.engine.texts`), speculatively
 has a drafter; `usage.generation_passes` counts those steps apart.
 """
 
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,8 +137,9 @@ class Decider:
     ) -> "Decider":
         """Load a decider folder. Tasks are imported from the references in `jev.json` unless given.
 
-        A task whose decision schema differs from the one the heads were trained on is refused
-        with a SchemaMismatchError that names the changed fields; so is a task whose declared
+        A task the folder was never trained for is refused with an UnknownTaskError that says
+        how to train it. A task whose decision schema differs from the one the heads were trained
+        on is refused with a SchemaMismatchError that names the changed fields; so is a task whose declared
         conformal coverage its calibration was not fitted at, unless `check_policies=False` (as
         `jev calibrate` loads it, to fit that calibration). The folder's `drafter/`, if any, drafts
         text fields unless `speculative=False`.
@@ -145,6 +147,9 @@ class Decider:
         folder = Path(path)
         manifest = Manifest.read(folder)
         given = {task.name: task for task in tasks}
+        untrained = [task for task in tasks if task.name not in manifest.tasks]
+        if untrained:
+            raise UnknownTaskError(untrained_message(untrained[0], folder, sorted(manifest.tasks)))
         resolved = {}
         for name, entry in manifest.tasks.items():
             task = given.get(name) or load_task(entry.reference)
@@ -357,6 +362,28 @@ class Decider:
             prediction_set=prediction_set,
             coverage=coverage,
         )
+
+
+def untrained_message(task: Task, folder: Path, trained: list[str]) -> str:
+    """Why `task` cannot load from `folder`, and the `jev train decide` command that would add it."""
+    return (
+        f"task {task.name!r} was never trained into {folder}, which decides {trained}. Train a model that "
+        f"decides it, starting from this one:\n"
+        f"  jev train decide --base {folder} --task {task_reference(task)} --data TRAIN.jsonl "
+        f"--valid VALID.jsonl --out NEW_FOLDER\n"
+        f"rows are JSONL {{\"input\": {{...}}, \"label\": {{...}}}}; repeat --task/--data/--valid for each "
+        f"task of {trained} the new model should keep"
+    )
+
+
+def task_reference(task: Task) -> str:
+    """`module:NAME` of the module attribute holding `task`, found where its models were defined."""
+    for module_name in dict.fromkeys([task.input_model.__module__, task.decision_model.__module__]):
+        module = sys.modules.get(module_name)
+        for name, value in vars(module).items() if module else ():
+            if value is task:
+                return f"{module_name}:{name}"
+    return "module:TASK"
 
 
 def _choose(kind: str, table: dict[Any, float]) -> Any:
