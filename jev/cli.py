@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from jev.command import MODEL_HELP, model_folder, run
 from jev.convert.cli import add_convert_command
 from jev.data.cli import add_commands as add_data_commands
 from jev.schema import JevError, load_task
@@ -23,19 +24,13 @@ from jev.serve.cli import add_serve_command
 from jev.train.calibrate import add_calibrate_command
 from jev.train.cli import add_lm_command
 from jev.train.drafter import add_drafter_command
+from jev.train.examples import ROW_FORMAT
 from jev.train.report import add_report_command
-
-DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except JevError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    """Run `jev ARGS`; an error the user can fix prints one `error: ...` message and exits 2."""
+    return run(build_parser().parse_args(argv))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,33 +53,42 @@ def _add_decide_training(train: argparse._SubParsersAction) -> None:
     parser = train.add_parser(
         "decide",
         help="fine-tune decision heads and the backbone",
-        description="Fine-tune one or more tasks on one backbone. Repeat --task/--data/--valid per task, in order.",
+        description="Fine-tune one or more tasks on one backbone. Repeat --task/--data/--valid per task, in\n"
+        "order; the folder written holds only the tasks given here.",
+        epilog=ROW_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--task", action="append", required=True, help="module:NAME, e.g. schemas.mail:TASK")
     parser.add_argument("--data", action="append", required=True, type=Path, help="training JSONL per task")
-    parser.add_argument("--valid", action="append", required=True, type=Path, help="validation JSONL per task")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--base", type=Path, default=DEFAULT_MODEL, help="backbone + tokenizer to start from")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--max-input-tokens", type=int, default=256)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--valid", action="append", required=True, type=Path,
+                        help="validation JSONL per task (picks the best epoch)")
+    parser.add_argument("--out", required=True, type=Path, help="the decider folder to write (created if missing)")
+    parser.add_argument("--base", type=Path, default=None,
+                        help="backbone + tokenizer to start from " + MODEL_HELP.removeprefix("decider folder "))
+    parser.add_argument("--epochs", type=int, default=3, help="passes over the training rows (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=16, help="rows per step (default: %(default)s)")
+    parser.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (default: %(default)s)")
+    parser.add_argument("--max-input-tokens", type=int, default=256,
+                        help="longest input the model reads; longer ones are refused or truncated per task "
+                        "(default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the heads and the shuffle (default: %(default)s)")
     parser.add_argument(
         "--answer-weight",
         type=float,
         default=0.0,
-        help="weight of the language-modelling loss on each row's answer written as JSON (0: heads only)",
+        help="weight of the language-modelling loss on each row's answer written as JSON "
+        "(default: %(default)s, heads only)",
     )
     parser.add_argument(
         "--task-answer-weight", action="append", default=[], metavar="NAME=W",
-        help="a task's own answer-loss weight, by the task's name (e.g. mail=0.1); repeatable",
+        help="a task's own answer-loss weight, by the task's name (e.g. mail=0.1); repeatable (default: "
+        "--answer-weight for every task)",
     )
     parser.add_argument(
         "--answer-frozen-layers", type=int, default=0, metavar="N",
         help="the answer loss leaves the weights of the N lowest layers to the heads (default 0: it trains all)",
     )
-    parser.add_argument("--skip-invalid", action="store_true", help="drop rows that fail validation")
+    parser.add_argument("--skip-invalid", action="store_true",
+                        help="drop rows that fail validation (default: any invalid row stops the run)")
     parser.set_defaults(func=_run_decide_training)
 
 
@@ -103,8 +107,9 @@ def _run_decide_training(args: argparse.Namespace) -> int:
         raise JevError(f"--task-answer-weight names tasks this run does not train: {sorted(overrides)}")
     out = train_decisions(
         DecideSettings(
-            tasks=tasks, base=args.base, out=args.out, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-            max_input_tokens=args.max_input_tokens, seed=args.seed, skip_invalid=args.skip_invalid,
+            tasks=tasks, base=model_folder(args.base, "--base"), out=args.out, epochs=args.epochs,
+            batch_size=args.batch_size, lr=args.lr, max_input_tokens=args.max_input_tokens, seed=args.seed,
+            skip_invalid=args.skip_invalid,
             answer_weight=args.answer_weight, answer_frozen_layers=args.answer_frozen_layers,
         )
     )
@@ -130,7 +135,7 @@ def _add_decide(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("decide", help="decide one input and print the result as JSON")
     parser.add_argument("--task", required=True, help="the task's name in the model, e.g. mail")
     parser.add_argument("input", help='the input as JSON, e.g. \'{"body": "..."}\'; - reads standard input')
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
     parser.set_defaults(func=_run_decide)
 
 
@@ -142,7 +147,7 @@ def _run_decide(args: argparse.Namespace) -> int:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise JevError(f"the input is not JSON: {exc}") from exc
-    result = Decider.load(args.model).decide(args.task, data)
+    result = Decider.load(model_folder(args.model)).decide(args.task, data)
     print(result.model_dump_json(indent=2))
     return 0
 

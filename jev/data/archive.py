@@ -12,8 +12,10 @@ import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from jev.schema import JevError
 
-class UnsafeArchiveError(ValueError):
+
+class UnsafeArchiveError(JevError, ValueError):
     """An archive member would land outside the target folder or is not a plain file."""
 
 

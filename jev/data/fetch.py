@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jev.data.archive import safe_extract
+from jev.schema import JevError
 
 
-class FetchError(RuntimeError):
+class FetchError(JevError, RuntimeError):
     """A package could not be downloaded, or what was downloaded is not what was pinned."""
 
 

@@ -10,9 +10,9 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from jev.command import MODEL_HELP, model_folder, run
+from jev.schema import JevError
 from jev.serve.settings import ServeSettings, env_name
-
-DEFAULT_MODEL = Path(__file__).resolve().parent.parent.parent / "models" / "default"
 
 
 def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -21,7 +21,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
         "serve", help="serve a model over HTTP",
         description="Serve a decider folder: decisions, tasks, models, health, metrics and a page at /.",
     )
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="decider folder (default: models/default)")
+    parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -41,7 +41,10 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     overrides = {f.name: getattr(args, f.name, None) for f in fields(ServeSettings)}
     if overrides["api_keys"]:
         overrides["api_keys"] = tuple(overrides["api_keys"])
-    return ServeSettings.from_env(**overrides)
+    try:
+        return ServeSettings.from_env(**overrides)
+    except ValueError as error:
+        raise JevError(f"serve settings: {error}") from None
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -50,7 +53,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from jev.serve.app import create_app
 
     settings = settings_from_args(args)
-    app = create_app(args.model, settings)
+    app = create_app(model_folder(args.model), settings)
     uvicorn.run(
         app, host=args.host, port=args.port, log_level=args.log_level,
         timeout_graceful_shutdown=int(settings.drain_timeout_s) or None,
@@ -62,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m jev.serve.cli ...`, the same as `jev serve ...`."""
     parser = argparse.ArgumentParser(prog="jev")
     add_serve_command(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
+    return run(parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)]))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from jev.engine.bundle import MANIFEST_FILE
 from jev.engine.calibration import METHODS, TaskCalibration, fit_calibration, label_arrays
 from jev.engine.decider import Decider
 from jev.schema import Task
-from jev.train.examples import Example, read_examples
+from jev.train.examples import ROW_FORMAT, Example, read_examples
 
 BATCH = 32
 
@@ -61,14 +61,22 @@ def calibrate(
 
 
 def add_calibrate_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("calibrate", help="fit a task's calibrators on held-out data and store them")
+    parser = subparsers.add_parser(
+        "calibrate", help="fit a task's calibrators on held-out data and store them",
+        description="Fit one calibrator per closed field of a task on rows the model was not trained on and\n"
+        "store them in the model's jev.json: there is no --out, the model folder is updated in place,\n"
+        "and every later decision of the task uses them.",
+        epilog=ROW_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--model", type=Path, required=True, help="decider folder; its jev.json is updated")
     parser.add_argument("--task", required=True, help="the task's name in the model, e.g. mail")
     parser.add_argument("--data", type=Path, required=True, help="held-out JSONL rows (the calibration split)")
     parser.add_argument("--method", choices=METHODS, default="temperature",
-                        help="calibrator for binary and multi-label fields (others always use temperature)")
+                        help="calibrator for binary and multi-label fields; the others always use temperature "
+                        "(default: %(default)s)")
     parser.add_argument("--target-precision", type=float, default=None,
-                        help="also report the abstain threshold reaching this precision and the coverage it leaves")
+                        help="also report the abstain threshold reaching this precision and the coverage it leaves "
+                        "(default: not reported)")
     parser.set_defaults(func=_run)
 
 

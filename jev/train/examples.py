@@ -16,6 +16,13 @@ from pathlib import Path
 from jev.schema import JevError, ProblemsError, Task
 
 MAX_REPORTED = 20
+ROW_FORMAT = """data files are JSONL, one row per line:
+  {"input": {...the task's input fields...}, "label": {...its decision fields...}}
+e.g. for schemas.mail:TASK
+  {"input": {"body": "Win a free cruise!"}, "label": {"kind": "spam", "mailing_list": false,
+   "reply": false, "subject": "Free cruise"}}
+A text field's target may also sit beside the label ("subject": "..." at the top of the row);
+other top-level keys (an id, a source) are ignored. Invalid rows are listed with their line numbers."""
 
 
 class InvalidRowsError(JevError):

@@ -23,6 +23,7 @@ from jev.schema import FieldSpec, JevError, Task
 from jev.train.baseline import NAME as BASELINE_NAME
 from jev.train.baseline import BaselineProbabilities, baseline_probabilities, read_labelled_texts, read_with_texts
 from jev.train.calibrate import file_identity, raw_probabilities
+from jev.train.examples import ROW_FORMAT
 
 
 @dataclass(frozen=True)
@@ -144,18 +145,24 @@ def add_report_command(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report",
         help="quality and calibration of a task on labelled data, as report.html + metrics.json",
-        description="Per closed field: accuracy, NLL, Brier, ECE and more before/after calibration with "
+        description="Per closed field: accuracy, NLL, Brier, ECE and more before/after calibration with\n"
         "bootstrap intervals, figures, conformal coverage, and optionally the TF-IDF baseline beside Jev.",
+        epilog=ROW_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", type=Path, required=True, help="decider folder")
     parser.add_argument("--task", required=True, help="the task's name in the model, e.g. mail")
     parser.add_argument("--data", type=Path, required=True, help="labelled JSONL rows to evaluate (the test split)")
-    parser.add_argument("--out", type=Path, required=True, help="folder for report.html, metrics.json and PNGs")
-    parser.add_argument("--baseline-train", type=Path, default=None, help="train split for the TF-IDF baseline")
-    parser.add_argument("--baseline-calib", type=Path, default=None, help="calibration split for the baseline")
-    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples per interval")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples")
-    parser.add_argument("--skip-invalid", action="store_true", help="drop rows that fail validation")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="folder for report.html, metrics.json and PNGs (created if missing)")
+    parser.add_argument("--baseline-train", type=Path, default=None,
+                        help="train split for the TF-IDF baseline, given with --baseline-calib (default: no baseline)")
+    parser.add_argument("--baseline-calib", type=Path, default=None,
+                        help="calibration split for the baseline, given with --baseline-train (default: no baseline)")
+    parser.add_argument("--n-boot", type=int, default=1000,
+                        help="bootstrap resamples per interval (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples (default: %(default)s)")
+    parser.add_argument("--skip-invalid", action="store_true",
+                        help="drop rows that fail validation (default: any invalid row stops the run)")
     parser.set_defaults(func=_run)
 
 

@@ -23,10 +23,12 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 from torch.optim import Optimizer
 
+from jev.schema import JevError
+
 STATE_FILE = "state.json"
 
 
-class TrainStateError(RuntimeError):
+class TrainStateError(JevError, RuntimeError):
     """A run state folder that is incomplete or does not fit the model and optimizer it is loaded into."""
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from jev.schema import JevError
+
 TOKENIZER_FILE = "tokenizer.json"
 TRANSFORMERS_CONFIG_FILE = "tokenizer_config.json"
 # Fixed ids shared with `ModelConfig` (bos_token_id=0, eos_token_id=1): the trainer assigns
@@ -23,7 +25,7 @@ SPECIAL_TOKENS = ("<bos>", "<eos>", "<pad>")
 BOS_ID, EOS_ID, PAD_ID = 0, 1, 2
 
 
-class TokenizerError(RuntimeError):
+class TokenizerError(JevError, RuntimeError):
     """A tokenizer file that is missing, unreadable or lacks Jev's special tokens."""
 
 

@@ -1,0 +1,50 @@
+"""What every `jev` command shares: the model it uses when none is named, and how it fails.
+
+`models/default` lives in the source tree, not in the installed package (it is data), so a path
+computed from the package's own location exists only in an editable install. A command without
+`--model` therefore looks in the working directory first (a checkout, or a folder the model was
+copied into), then in the source checkout the package runs from, and otherwise says to pass
+`--model`. An error a user can fix (a wrong path, a bad input, a model that lacks a task) ends the
+command with its message on stderr and exit code 2, never with a traceback.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from jev.model.checkpoint import CheckpointError
+from jev.model.config import ConfigError
+from jev.schema import JevError
+
+DEFAULT_MODEL = Path("models") / "default"
+MODEL_HELP = f"decider folder (default: {DEFAULT_MODEL} in the working directory, else in Jev's source checkout)"
+_MANIFEST = "jev.json"
+# jev.model's own errors are not JevErrors (that package imports nothing of the schema's).
+_USER_ERRORS = (JevError, CheckpointError, ConfigError, OSError)
+
+
+def default_model_folders() -> list[Path]:
+    """Where a command looks for `models/default`, in order."""
+    return list(dict.fromkeys([Path.cwd() / DEFAULT_MODEL, Path(__file__).resolve().parent.parent / DEFAULT_MODEL]))
+
+
+def model_folder(given: Path | None, flag: str = "--model") -> Path:
+    """The folder a command should load: `given` if it exists, else the first default that holds a model."""
+    if given is not None:
+        if not given.is_dir():
+            raise JevError(f"{flag} {given}: no such folder; pass {flag} the model folder to use")
+        return given
+    for folder in default_model_folders():
+        if (folder / _MANIFEST).is_file():
+            return folder
+    looked = ", ".join(str(folder) for folder in default_model_folders())
+    raise JevError(f"no {flag} given and no model at {looked}; pass {flag} the model folder to use")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed command; a user's error is one `error: ...` message on stderr and exit code 2."""
+    try:
+        return args.func(args)
+    except _USER_ERRORS as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
