@@ -30,7 +30,7 @@ def add_convert_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--index-n-heads", type=int, default=ranks.index_n_heads)
     parser.add_argument("--index-head-dim", type=int, default=ranks.index_head_dim)
     parser.add_argument("--index-topk", type=int, default=ranks.index_topk)
-    parser.add_argument("--block-size", type=int, default=1024, help="tokens per healing row")
+    parser.add_argument("--block-size", type=int, default=512, help="tokens per healing row")
     parser.add_argument("--calibration-blocks", type=int, default=32, help="rows for the closed-form statistics")
     for stage in ("transfer", "distill", "indexer"):
         parser.add_argument(f"--{stage}-steps", type=int, default=heal.steps(stage))

@@ -36,7 +36,7 @@ class ConvertSettings:
     corpus: list[Path]
     ranks: MLARanks = field(default_factory=MLARanks)
     heal: HealSettings = field(default_factory=HealSettings)
-    block_size: int = 1024
+    block_size: int = 512
     calibration_blocks: int = 32
     max_blocks: int = 4096
 
