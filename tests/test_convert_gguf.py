@@ -96,7 +96,9 @@ def test_gguf_tokenizer_reads_specials_and_splits_digits(gguf_file):
 
 
 def test_gguf_source_computes_what_transformers_reads_from_it(gguf_file):
-    reference = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32).eval()
+    reference = AutoModelForCausalLM.from_pretrained(
+        gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+    ).eval()
     source = read_gguf(gguf_file)
     assert source.config.num_key_value_heads == 2 and source.config.tie_word_embeddings
     assert source.tokenizer_config["bos_token"] == "<|im_start|>"

