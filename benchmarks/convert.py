@@ -7,7 +7,7 @@ dequantised GGUF), of the converted model with every key attended, and with DSA 
 latent cache per token against the source's KV cache; and greedy continuations of 20 prompts (10
 mail openings, 10 chat messages in the chat template), counted in tokens that agree with the
 source's up to the first difference. The converted model decodes them from its latent cache, in
-MLA's absorbed form.
+MLA's absorbed form. transformers loads the same folder, and its logits are compared with Jev's.
 
 `--closed-form R,DR,M ...` adds the ranks table: each (kv_lora_rank, qk_rope_head_dim, rope stride)
 converted in closed form, before any healing, and scored with every key attended.
@@ -94,6 +94,25 @@ def agreement(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
 
 
+@torch.no_grad()
+def transformers_difference(folder: Path, model: Model, window: torch.Tensor) -> dict[str, float]:
+    """Max |logit difference| / max |logit| against transformers' DeepseekV32ForCausalLM on one window."""
+    from transformers import DeepseekV32ForCausalLM
+
+    ids = window.unsqueeze(0)
+    out = {}
+    for name, topk in (("dsa", model.config.index_topk), ("dense", WINDOW)):
+        reference = DeepseekV32ForCausalLM.from_pretrained(folder, dtype=torch.float32, index_topk=topk).eval()
+        theirs = reference(ids).logits
+        if name == "dense":
+            with model.attending_every_key():
+                ours = model(ids)
+        else:
+            ours = model(ids)
+        out[name] = float((ours - theirs).abs().max() / theirs.abs().max())
+    return out
+
+
 def cache_ratio(config: ModelConfig, source: LlamaSource) -> float:
     """Numbers cached per token and layer (latent, RoPE key, indexer key) over the source's K and V."""
     latent = config.kv_lora_rank + config.qk_rope_head_dim + config.index_head_dim
@@ -131,6 +150,9 @@ def render(results: dict) -> str:
         source, dense, sparse = results["source"][text], results["dense"][text], results["dsa"][text]
         lines.append(f"| {text} | {source:.2f} | {dense:.2f} | {dense / source:.3f} | {sparse:.2f} | "
                      f"{sparse / source:.3f} |")
+    diff = results["transformers_difference"]
+    lines += ["", f"transformers' `DeepseekV32ForCausalLM` on the same folder, one Hamlet window: largest logit "
+              f"difference {diff['dense']:.1e} (dense) and {diff['dsa']:.1e} (DSA) of the largest logit."]
     agree = results["greedy_agreement"]
     lines += [
         "",
@@ -177,6 +199,8 @@ def main() -> None:
     cfg = model.config
     results["cache_numbers"] = cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim
     results["cache_ratio"] = cache_ratio(cfg, source)
+    results["transformers_difference"] = transformers_difference(args.model, model, texts["Hamlet"][0])
+    print("transformers", results["transformers_difference"], flush=True)
     results["greedy_agreement"] = [
         agreement(greedy_source(teacher, p), greedy_converted(model, p)) for p in prompts(source, args.data)
     ]

@@ -135,10 +135,14 @@ def test_convert_command_heals_resumes_and_writes_a_folder_transformers_loads(gg
     assert model.config.kv_lora_rank == 24 and model.config.tie_word_embeddings
     tokens = ids(48, 2)
     reference = DeepseekV32ForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    dense_reference = DeepseekV32ForCausalLM.from_pretrained(
+        out, dtype=torch.float32, attn_implementation="eager", index_topk=4096
+    ).eval()
     with torch.no_grad():
         assert rel_err(model(tokens), reference(tokens).logits) <= 1e-4
         with model.attending_every_key():
             dense = model(tokens)
+        assert rel_err(dense, dense_reference(tokens).logits) <= 1e-4
         assert rel_err(dense, model(tokens)) > 1e-6, "top-16 of 48 keys should differ from dense attention"
 
 
