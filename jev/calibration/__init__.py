@@ -1,8 +1,11 @@
 """Calibration of decision-head probabilities: calibrators, metrics, policies and reports.
 
 Only numpy, scikit-learn and matplotlib are used here, so calibration can be fitted, checked and
-served without torch.
+served without torch. `write_report` loads on first use: it draws with matplotlib, which applying
+calibrators (what a server does) never needs, so a serving install goes without it.
 """
+
+from typing import Any
 
 from jev.calibration.calibrators import (
     Calibrator,
@@ -36,7 +39,6 @@ from jev.calibration.policies import (
     PredictionSet,
     threshold_for_precision,
 )
-from jev.calibration.report import write_report
 
 __all__ = [
     "METRICS",
@@ -67,3 +69,11 @@ __all__ = [
     "threshold_for_precision",
     "write_report",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "write_report":
+        from jev.calibration.report import write_report
+
+        return write_report
+    raise AttributeError(f"module 'jev.calibration' has no attribute {name!r}")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from jev.calibration import Calibrator, MultiLabelCalibrator, write_report
+from jev.calibration import Calibrator, MultiLabelCalibrator
 from jev.engine.calibration import TaskCalibration
 from jev.engine.decider import Decider
 from jev.schema import FieldSpec, JevError, Task
@@ -137,6 +137,8 @@ def build_report(settings: ReportSettings) -> Path:
         "baseline": None if baseline is None else baseline[1],
     }
     title = f"Jev report: task {task.name}"
+    from jev.calibration import write_report  # matplotlib, which only reports need (the train extra)
+
     return write_report(fields, settings.out, n_boot=settings.n_boot, seed=settings.seed, header=header, title=title)
 
 
