@@ -95,3 +95,35 @@ def test_a_person_decides_one_ticket(base_url, tmp_path):
         finally:
             browser.close()
     assert screenshot.stat().st_size > 10_000
+
+
+def test_the_api_docs_render_offline_from_installed_assets(base_url, tmp_path):
+    """`/schema` in Chromium with every request off this server refused: Swagger UI still lists the routes."""
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, args=FLAGS, headless=True,
+            viewport={"width": 1100, "height": 1300},
+        )
+        try:
+            elsewhere: list[str] = []
+
+            def only_this_server(route) -> None:
+                if route.request.url.startswith(base_url):
+                    route.continue_()
+                else:
+                    elsewhere.append(route.request.url)
+                    route.abort()
+
+            browser.route("**/*", only_this_server)
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(base_url + "/schema")
+            page.wait_for_selector(".opblock-summary-path")
+            paths = set(page.locator(".opblock-summary-path").all_inner_texts())
+            assert {"/v1/decide/ticket", "/v1/decide/mail/batch", "/v1/tasks"} <= {p.strip() for p in paths}
+            assert "Jev decision service" in page.inner_text(".info")
+            assert not elsewhere, f"the docs page asked for {elsewhere}"
+            assert not errors, errors
+        finally:
+            browser.close()

@@ -15,12 +15,12 @@ import anyio
 from litestar import Litestar
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
-from litestar.openapi import OpenAPIConfig
 from litestar.static_files import create_static_files_router
 
 from jev.engine.decider import Decider
 from jev.schema import JevError
 from jev.serve.auth import api_key_guard
+from jev.serve.docs import docs_assets, docs_config
 from jev.serve.engine import Engine
 from jev.serve.problems import ProblemError, handle_http, handle_internal, handle_jev, handle_problem
 from jev.serve.routes import GENERIC_ROUTES, STATIC, decide_routes
@@ -49,6 +49,7 @@ def create_app(model: str | Path | Decider | Engine, settings: ServeSettings | N
         route_handlers=[
             *routes, *GENERIC_ROUTES,
             create_static_files_router("/static", [STATIC], opt={"public": True}, include_in_schema=False),
+            docs_assets(),
         ],
         dependencies={"service": Provide(lambda: service, use_cache=True, sync_to_thread=False)},
         guards=[api_key_guard(settings.api_keys)] if settings.api_keys else [],
@@ -58,7 +59,7 @@ def create_app(model: str | Path | Decider | Engine, settings: ServeSettings | N
         },
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=OpenAPIConfig(title="Jev decision service", version="1", path="/schema"),
+        openapi_config=docs_config("Jev decision service", "1"),
         state={
             "retry_after_s": settings.retry_after_s, "max_batch_inputs": settings.max_batch_inputs,
             "max_body_bytes": settings.max_body_bytes, "max_json_depth": settings.max_json_depth,
