@@ -1,6 +1,7 @@
 """What a person meets at the command line: one clear line for an error, complete --help, a default
 model that is found (or a message naming --model) wherever Jev is installed."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,15 @@ def test_a_user_error_is_one_line_and_exit_code_2(argv, says, capsys, tmp_path, 
     out, err = capsys.readouterr()
     assert err.startswith("error: ") and err.count("\n") == 1 and says in err, err
     assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize(("body", "says"), [("", "body: String should have at least 1 character"),
+                                            (" \n ", "$: the input has no text to read")])
+def test_jev_decide_refuses_an_input_with_nothing_to_read(body, says, capsys):
+    model = str(ROOT / "models" / "default")
+    assert main(["decide", "--model", model, "--task", "mail", json.dumps({"body": body})]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: invalid input for task 'mail':") and says in err and not out
 
 
 @pytest.mark.parametrize("module", ["jev.cli", "jev.serve.cli"])

@@ -21,7 +21,8 @@ TEXT = {"ticket": "text", "strict": "text", "mail": "body"}
 EMPTY = {"ticket": {"text": "", "customer": {"name": ""}}, "strict": {"text": ""}, "mail": {"body": ""}}
 EMPTY_SAYS = {"ticket": "at least 1 character", "strict": NOTHING_TO_READ, "mail": "at least 1 character"}
 GET_ROUTES = ["/v1/tasks", "/v1/tasks/ticket", "/v1/models", "/v1/models/calibration", "/health/live",
-              "/health/ready", "/metrics", "/", "/static/app.js", "/schema", "/schema/openapi.json"]
+              "/health/ready", "/metrics", "/", "/static/app.js", "/schema", "/schema/openapi.json",
+              "/schema/assets/swagger-ui.css"]
 
 
 @pytest.fixture(scope="module")
