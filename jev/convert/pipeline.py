@@ -42,7 +42,7 @@ class ConvertSettings:
 
 
 def corpus_blocks(source: LlamaSource, paths: list[Path], block_size: int, max_blocks: int, seed: int) -> torch.Tensor:
-    """The corpus as `[N, block_size]` token blocks, documents joined by the end-of-text token, shuffled."""
+    """The corpus as `[N, block_size]` token blocks, documents joined by the end-of-sequence token, shuffled."""
     separator = source.config.eos_token_id
     ids: list[int] = []
     for encoding in source.tokenizer.encode_batch(read_documents(paths)):
