@@ -63,7 +63,7 @@ def prompts(source: LlamaSource, data: Path) -> list[list[int]]:
     chat = [json.loads(line)["input"]["message"] for line in (data / "chat" / "valid.jsonl").open()]
     english = [m for m in chat if m.isascii() and len(m) > 20]
     encode = source.tokenizer.encode
-    openings = [encode(body).ids[:48] for body in mail if len(encode(body).ids) >= 48][:10]
+    openings = [ids[:48] for ids in (encode(body).ids for body in mail) if len(ids) >= 48][:10]
     chats = [encode(f"<|im_start|>user\n{m}<|im_end|>\n<|im_start|>assistant\n").ids for m in english[:10]]
     return openings + chats
 

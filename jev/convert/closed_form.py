@@ -203,7 +203,8 @@ def _latent(
     """(down `[r, D]`, up `[rows(keys) + rows(values), r]`) with `[keys; values] ~= up @ down`.
 
     Keys are scaled to the values' mean energy before the PCA (keys dominate a plain one) and
-    scaled back in `up`. At full rank the latent is the input itself.
+    scaled back in `up`; the latent is whitened (each coordinate divided by its RMS, `up` scaled to
+    match) so the norm after it rescales tokens less. At full rank the latent is the input itself.
     """
     if rank == hidden:
         return torch.eye(hidden, dtype=torch.float64), torch.cat((keys, values))

@@ -11,7 +11,7 @@
 
 Stages 1 and 2 attend to every key (the indexers are not trained yet); the state is saved to
 `state_dir` every `save_every` steps and at each stage's end, and a rerun continues from it.
-Everything runs in float32: on this CPU, bfloat16 autocast made an MLA layer's backward about 5x
+Everything runs in float32: on this CPU, bfloat16 autocast made an MLA layer's backward several times
 slower (attention falls off the fused kernels), more than its matmuls gain.
 """
 

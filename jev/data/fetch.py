@@ -74,7 +74,8 @@ PACKAGES: tuple[Package, ...] = (
 )
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The file's SHA-256, read in 1 MiB blocks so a large file never sits in memory."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -99,7 +100,7 @@ def _download(package: Package, raw_dir: Path) -> None:
 
 def _verify(package: Package, archive: Path) -> None:
     """Refuse an archive whose bytes are not the pinned ones (truncated, tampered, other version)."""
-    actual = _sha256(archive)
+    actual = file_sha256(archive)
     if actual != package.sha256:
         raise FetchError(
             f"{archive} has SHA-256 {actual}, expected {package.sha256} for {package.spec}; "

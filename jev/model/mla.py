@@ -143,7 +143,7 @@ class MLA(nn.Module):
         query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         if visible is None:
             # Fresh sequences are right-padded from position 0, so plain causal attention is exact for
-            # every real query, and it lets SDPA use its fused kernel (about 4x faster forward and
+            # every real query, and it lets SDPA use its fused kernel (faster forward and
             # backward on CPU than with an explicit mask); padding queries' outputs are never read.
             return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=self.scale).transpose(1, 2)
         visible[..., 0] |= ~visible.any(-1)  # padding queries read key 0 rather than produce NaN
