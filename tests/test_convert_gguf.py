@@ -175,3 +175,25 @@ def test_a_stopped_heal_continues_from_its_state(gguf_file, tmp_path, monkeypatc
     history = json.loads((out / "convert.json").read_text())["history"]
     assert [h["step"] for h in history["distill"]] == [1, 2, 3, 4]
     assert len(history["transfer"]) == 4 and len(history["indexer"]) == 2
+
+
+def test_healing_further_starts_from_a_converted_folder_and_refuses_other_ranks(gguf_file, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    common = ["--source", str(gguf_file), "--corpus", str(corpus), "--kv-lora-rank", "24", "--qk-rope-head-dim", "8",
+              "--index-head-dim", "8", "--block-size", "64", "--calibration-blocks", "4", "--batch-size", "2"]
+    first, longer = tmp_path / "first", tmp_path / "longer"
+    steps = ["--transfer-steps", "2", "--distill-steps", "1", "--indexer-steps", "1"]
+    assert main(["convert", "--out", str(first), *common, *steps]) == 0
+    more = ["--transfer-steps", "0", "--distill-steps", "2", "--indexer-steps", "1", "--seed", "1"]
+    assert main(["convert", "--out", str(longer), "--init", str(first), *more, *common]) == 0
+    provenance = json.loads((longer / "convert.json").read_text())
+    assert provenance["init"]["folder"] == str(first)
+    assert len(provenance["init"]["provenance"]["history"]["transfer"]) == 2
+    assert [len(provenance["history"][s]) for s in ("transfer", "distill", "indexer")] == [0, 2, 1]
+    before, after = Model.from_pretrained(first).state_dict(), Model.from_pretrained(longer).state_dict()
+    name = "backbone.layers.0.self_attn.kv_b_proj.weight"
+    assert not torch.equal(before[name], after[name]), "distillation moved the attention it started from"
+    assert torch.equal(before["backbone.layers.0.mlp.up_proj.weight"], after["backbone.layers.0.mlp.up_proj.weight"])
+    other = [a if a != "24" else "16" for a in common]
+    assert main(["convert", "--out", str(tmp_path / "x"), "--init", str(first), *more, *other]) == 2

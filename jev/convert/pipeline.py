@@ -4,7 +4,8 @@ The folder holds `config.json` and `model.safetensors` (transformers' DeepSeek-V
 source's tokenizer as `tokenizer.json` and `tokenizer_config.json` (chat template kept), and
 `convert.json`: the source's identity and hash, the ranks, the healing settings and every stage's
 losses. The healing state lives in `out/heal_state` until the folder is written, so a stopped run
-continues where it left off when the same command is run again.
+continues where it left off when the same command is run again. With `init`, healing starts from
+an already converted folder instead of the closed form: a longer healing run reuses a finished one.
 """
 
 import json
@@ -15,11 +16,12 @@ from pathlib import Path
 
 import torch
 
-from jev.convert.closed_form import MLARanks, collect_statistics, convert, target_config
+from jev.convert.closed_form import MLARanks, carried_over, collect_statistics, convert, target_config
 from jev.convert.heal import HealSettings, heal, read_progress
 from jev.convert.llama import LlamaTeacher
-from jev.convert.source import LlamaSource, read_source
+from jev.convert.source import LlamaSource, SourceError, read_source
 from jev.model import Model
+from jev.model.checkpoint import to_checkpoint_name
 from jev.train.corpus import describe_source, read_documents
 from jev.train.provenance import git_commit
 
@@ -39,6 +41,7 @@ class ConvertSettings:
     block_size: int = 512
     calibration_blocks: int = 32
     max_blocks: int = 4096
+    init: Path | None = None
 
 
 def corpus_blocks(source: LlamaSource, paths: list[Path], block_size: int, max_blocks: int, seed: int) -> torch.Tensor:
@@ -64,13 +67,18 @@ def run_conversion(settings: ConvertSettings, log=print) -> Path:
     teacher = LlamaTeacher(source).eval()
     blocks = corpus_blocks(source, settings.corpus, settings.block_size, settings.max_blocks, settings.heal.seed)
     state_dir = settings.out / STATE_DIR
-    if read_progress(state_dir) is None:
+    if read_progress(state_dir) is not None:
+        log(f"resuming the healing saved in {state_dir}")
+        model = Model(target_config(source.config, settings.ranks))
+    elif settings.init is not None:
+        log(f"healing further from {settings.init}")
+        model = Model.from_pretrained(settings.init)
+        if model.config != target_config(source.config, settings.ranks):
+            raise SourceError(f"{settings.init} was converted with other ranks than this run's; pass the same ranks")
+    else:
         log(f"closed-form conversion from {len(blocks[: settings.calibration_blocks])} calibration blocks")
         statistics = collect_statistics(teacher, blocks[: settings.calibration_blocks])
         model = convert(source, settings.ranks, statistics, seed=settings.heal.seed)
-    else:
-        log(f"resuming the healing saved in {state_dir}")
-        model = Model(target_config(source.config, settings.ranks))
     history = heal(model, teacher, blocks[settings.calibration_blocks :], settings.heal, state_dir, log)
     write_folder(model, source, settings, history, time.perf_counter() - began)
     shutil.rmtree(state_dir, ignore_errors=True)
@@ -79,12 +87,14 @@ def run_conversion(settings: ConvertSettings, log=print) -> Path:
 
 def write_folder(model: Model, source: LlamaSource, settings: ConvertSettings, history: dict, seconds: float) -> None:
     out = settings.out
+    model.base = source.base({to_checkpoint_name(name): llama for name, llama in carried_over(model.config).items()})
     model.save_pretrained(out)
     source.tokenizer.save(str(out / "tokenizer.json"))
     tokenizer_config = {k: v for k, v in source.tokenizer_config.items() if not k.endswith("_token_id")}
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     provenance = {
         "source": source.origin,
+        "init": _init_provenance(settings.init),
         "ranks": settings.ranks.to_dict(),
         "heal": settings.heal.to_dict(),
         "block_size": settings.block_size,
@@ -96,3 +106,10 @@ def write_folder(model: Model, source: LlamaSource, settings: ConvertSettings, h
         "git_commit": git_commit(),
     }
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
+
+
+def _init_provenance(init: Path | None) -> dict | None:
+    """What a run that healed further started from: the folder and that folder's own provenance."""
+    if init is None:
+        return None
+    return {"folder": str(init), "provenance": json.loads((init / PROVENANCE_FILE).read_text())}

