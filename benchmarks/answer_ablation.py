@@ -68,7 +68,7 @@ def head_scores(decider: Decider, data: Path) -> dict[str, FieldScores]:
 
 def answer_loss(decider: Decider, task: Task, path: Path) -> float:
     """Mean cross-entropy per answer token of the rows in `path`, each answer written after its input."""
-    answer = AnswerTokens(task.spec, decider.tokenizer)
+    answer = AnswerTokens(task.spec, decider.tokenizer, decider.model.config.eos_token_id)
     examples, _ = read_examples(path, task, lambda t, d: decider.encode(t, d).token_ids, answer=answer.encode)
     total, tokens = 0.0, 0
     with torch.no_grad():

@@ -68,7 +68,7 @@ def main() -> None:
     share = {}
     for name in TASKS:
         task = decider.tasks[name]
-        answer = AnswerTokens(task.spec, decider.tokenizer).encode
+        answer = AnswerTokens(task.spec, decider.tokenizer, decider.model.config.eos_token_id).encode
         examples, _ = read_examples(args.data / name / "train.jsonl", task,
                                     lambda t, d: decider.encode(t, d).token_ids, answer=answer)
         share[name] = math.ceil(len(examples) / BATCH_SIZE)

@@ -33,6 +33,7 @@ def test_answer_loss_is_the_mean_over_every_answer_token_of_the_split(tmp_path) 
     from jev.engine.answer import AnswerTokens
     from jev.engine.decider import Decider
     from jev.train.examples import read_examples
+    from jev.train.tokenizer import EOS_ID
     from schemas.mail import TASK as MAIL
     from tests.conftest import random_model, tiny_config, tiny_tokenizer, with_subjects
     from tests.test_train_decide import FIXTURES
@@ -42,7 +43,7 @@ def test_answer_loss_is_the_mean_over_every_answer_token_of_the_split(tmp_path) 
         model.lm_head.weight.mul_(20)  # peaked predictions, so rows' losses differ and weighting shows
     decider = Decider.new(model, tiny_tokenizer(), {"schemas.mail:TASK": MAIL}, 32)
     path = with_subjects(FIXTURES / "train.jsonl", tmp_path / "rows.jsonl")  # answers of many lengths
-    answer = AnswerTokens(MAIL.spec, decider.tokenizer)
+    answer = AnswerTokens(MAIL.spec, decider.tokenizer, EOS_ID)
     examples, _ = read_examples(path, MAIL, lambda t, d: decider.encode(t, d).token_ids, answer=answer.encode)
     assert len(examples) > ANSWER_BATCH and len({len(e.answer_ids) for e in examples}) > 1
     total, tokens = 0.0, 0

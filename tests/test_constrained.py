@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from jev.engine.answer import AnswerTokens
 from jev.engine.constrained import ValueTrie, write_answers
 from jev.model import Model
+from jev.train.tokenizer import EOS_ID
 from tests.conftest import random_model, tiny_config, tiny_tokenizer
 
 
@@ -25,7 +26,7 @@ def setup() -> tuple[Model, AnswerTokens, list[list[int]]]:
 
     tokenizer = tiny_tokenizer()
     model = random_model(tiny_config(index_topk=6, vocab_size=400, max_position_embeddings=256), seed=2)
-    answer = AnswerTokens(compile_decision(Verdict), tokenizer)
+    answer = AnswerTokens(compile_decision(Verdict), tokenizer, EOS_ID)
     texts = ["Win a free cruise now!", "Meeting moved to Tuesday, see agenda.", "Re: patch for the kernel build " * 4]
     bos = tokenizer.token_to_id("<bos>")
     return model, answer, [[bos, *tokenizer.encode(t).ids] for t in texts]

@@ -11,6 +11,7 @@ from jev.engine.generate import generate
 from jev.engine.texts import TextSettings
 from jev.schema import UnsupportedSchemaError, compile_decision
 from jev.schema.answer import answer_segments, answer_text, parse_text, text_content
+from jev.train.tokenizer import EOS_ID
 from schemas.examples import TASK as EXAMPLE_TASK
 from schemas.mail import TASK as MAIL_TASK
 from tests.conftest import random_model, tiny_config, tiny_tokenizer
@@ -67,7 +68,7 @@ def test_text_inside_a_reopened_nested_model_is_refused() -> None:
 
 
 def test_answer_tokens_are_the_segments_tokenised_apart(decider: Decider) -> None:
-    answer = AnswerTokens(EXAMPLE_TASK.spec, decider.tokenizer)
+    answer = AnswerTokens(EXAMPLE_TASK.spec, decider.tokenizer, EOS_ID)
     values = _example_values()
     tokenizer = decider.tokenizer
     expected = [i for s in answer_segments(EXAMPLE_TASK.spec, values)

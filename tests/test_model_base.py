@@ -117,3 +117,23 @@ def test_a_weight_both_stored_and_named_is_refused(converted):
     (converted / BASE_FILE).write_text(json.dumps(raw))
     with pytest.raises(BaseError, match="also stores"):
         Model.from_pretrained(converted)
+
+
+def test_a_decider_trained_on_a_converted_base_keeps_its_specials_template_and_base(converted, tmp_path):
+    from jev import Decider
+    from jev.train.decide import train_decisions
+    from schemas.mail import MailDecision
+    from tests.test_train_decide import settings
+
+    out = train_decisions(settings(converted, tmp_path / "decider", epochs=1, max_input_tokens=200))
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    assert config == json.loads((converted / "tokenizer_config.json").read_text())
+    assert config["bos_token"] == "<|im_start|>" and "chat_template" in config
+    assert json.loads((out / BASE_FILE).read_text())["package"] == PACKAGE
+
+    decider = Decider.load(out)
+    task = decider.task_for(MailDecision)
+    first = decider.encode(task, {"body": "win a free cruise"}).token_ids[0]
+    assert first == decider.tokenizer.token_to_id("<|im_start|>")
+    assert decider.answer_tokens(task).eos == decider.tokenizer.token_to_id("<|im_end|>")
+    assert isinstance(decider.decide(MailDecision, {"body": "win a free cruise"}).value, MailDecision)

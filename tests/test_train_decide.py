@@ -15,6 +15,7 @@ from jev.model import Model
 from jev.schema import JevError
 from jev.train.decide import DecideSettings, TaskData, train_decisions
 from jev.train.examples import InvalidRowsError
+from jev.train.tokenizer import EOS_ID
 from schemas.mail import TASK as MAIL
 from schemas.mail import MailDecision
 from tests.conftest import random_model, tiny_config, tiny_tokenizer, with_subjects
@@ -103,7 +104,7 @@ def test_answer_objective_learns_the_json_and_continues_a_deciders_heads(base, t
     assert record["settings"]["answer_weight"] == 1.0 and record["base_training"]["steps"] > 0
 
     tokenizer = tiny_tokenizer()
-    answer = AnswerTokens(MAIL.spec, tokenizer)
+    answer = AnswerTokens(MAIL.spec, tokenizer, EOS_ID)
     examples, _ = read_examples(train, MAIL, lambda t, d: [1], answer=answer.encode)
     first = json.loads(train.read_text().splitlines()[0])
     written = tokenizer.decode(examples[0].answer_ids)

@@ -15,19 +15,17 @@ from tokenizers import Tokenizer
 from jev.schema import DecisionSpec, FieldSpec
 from jev.schema.answer import answer_fields, answer_segments, is_text_end, text_content, value_text
 
-EOS_TOKEN = "<eos>"
-
 
 class AnswerTokens:
     """Token ids of one decision schema's answers under one tokenizer."""
 
-    def __init__(self, spec: DecisionSpec, tokenizer: Tokenizer) -> None:
+    def __init__(self, spec: DecisionSpec, tokenizer: Tokenizer, eos_id: int) -> None:
+        """`eos_id` ends every answer: the model's end-of-sequence token (its config's `eos_token_id`)."""
         self.spec = spec
         self.tokenizer = tokenizer
-        eos = tokenizer.token_to_id(EOS_TOKEN)
-        if eos is None:
-            raise ValueError(f"the tokenizer has no {EOS_TOKEN} token")
-        self.eos = eos
+        if not 0 <= eos_id < tokenizer.get_vocab_size(with_added_tokens=True):
+            raise ValueError(f"eos_id {eos_id} is not a token of the tokenizer")
+        self.eos = eos_id
         self.fields = answer_fields(spec)
         placeholder = {f.name: _placeholder(f) for f in self.fields}
         pieces = [s.text for s in answer_segments(spec, placeholder) if s.field is None]

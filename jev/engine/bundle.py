@@ -25,7 +25,7 @@ from jev.model.base import BASE_FILE
 from jev.model.checkpoint import WEIGHTS_FILE
 from jev.model.heads import HeadLayout, TaskHeads
 from jev.schema import DecisionSpec
-from jev.train.tokenizer import save_tokenizer
+from jev.train.tokenizer import TRANSFORMERS_CONFIG_FILE, jev_tokenizer_config
 
 MANIFEST_FILE = "jev.json"
 HEADS_FILE = "heads.safetensors"
@@ -131,12 +131,29 @@ def load_tokenizer(folder: Path) -> Tokenizer:
         raise CheckpointError(f"cannot read {folder / TOKENIZER_FILE}: {exc}") from exc
 
 
+def load_tokenizer_config(folder: Path) -> dict:
+    """The folder's `tokenizer_config.json` (its special tokens and chat template), Jev's own if it has none."""
+    file = folder / TRANSFORMERS_CONFIG_FILE
+    if not file.exists():
+        return jev_tokenizer_config()
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{file} is not JSON: {exc}") from exc
+
+
 def save_bundle(
-    folder: Path, model: Model, tokenizer: Tokenizer, heads: dict[str, TaskHeads], manifest: Manifest
+    folder: Path,
+    model: Model,
+    tokenizer: Tokenizer,
+    tokenizer_config: dict,
+    heads: dict[str, TaskHeads],
+    manifest: Manifest,
 ) -> None:
     """Write every file of a decider folder."""
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
-    save_tokenizer(tokenizer, folder)
+    tokenizer.save(str(folder / TOKENIZER_FILE))
+    (folder / TRANSFORMERS_CONFIG_FILE).write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     save_heads(folder, heads)
     (folder / MANIFEST_FILE).write_text(manifest.to_json())

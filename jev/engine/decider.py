@@ -23,7 +23,17 @@ from pydantic import BaseModel
 from tokenizers import Tokenizer
 
 from jev.engine.answer import AnswerTokens
-from jev.engine.bundle import Manifest, TaskEntry, head_layouts, load_heads, load_tokenizer, model_id, save_bundle
+from jev.engine.bundle import (
+    Manifest,
+    TaskEntry,
+    head_layouts,
+    jev_tokenizer_config,
+    load_heads,
+    load_tokenizer,
+    load_tokenizer_config,
+    model_id,
+    save_bundle,
+)
 from jev.engine.calibration import TaskCalibration
 from jev.engine.decision import DecisionModel
 from jev.engine.drafters import Drafter, load_drafter
@@ -49,7 +59,6 @@ from jev.schema import (
     render_values,
 )
 
-BOS_TOKEN = "<bos>"
 DRAFTER_DIR = "drafter"
 NOTHING_TO_READ = (
     "the input has no text to read: every field is empty or whitespace (or holds only characters the "
@@ -84,6 +93,7 @@ class Decider:
         drafter: Drafter | None = None,
         policy: VerifyPolicy | None = None,
         text_settings: TextSettings | None = None,
+        tokenizer_config: dict | None = None,
     ) -> None:
         """`policy` picks draft and verify lengths for text fields; with a drafter and no policy, the
         load-aware scheduler is used, profiled on this machine the first time a text is drafted."""
@@ -97,9 +107,12 @@ class Decider:
         self.decision_model = decision_model.eval()
         self.manifest = manifest
         self.max_batch = max_batch
-        self._bos = tokenizer.token_to_id(BOS_TOKEN)
-        if self._bos is None:
-            raise JevError(f"the tokenizer has no {BOS_TOKEN} token")
+        self.tokenizer_config = tokenizer_config if tokenizer_config is not None else jev_tokenizer_config()
+        # Every input starts with the model's own beginning token: `<bos>` for a Jev-trained model,
+        # `<|im_start|>` for SmolLM2 (config.json's bos_token_id, as transformers reads it).
+        self.bos_id = model.config.bos_token_id
+        if self.bos_id is None or not 0 <= self.bos_id < tokenizer.get_vocab_size(with_added_tokens=True):
+            raise JevError(f"the model's bos_token_id {self.bos_id} is not a token of its tokenizer")
         self.calibrations = {
             name: TaskCalibration.from_dict(raw) for name, raw in manifest.calibration.get("tasks", {}).items()
         }
@@ -161,7 +174,7 @@ class Decider:
         drafter = load_drafter(folder / DRAFTER_DIR, model) if speculative and (folder / DRAFTER_DIR).is_dir() else None
         decider = cls(
             model, load_tokenizer(folder), resolved, DecisionModel(model, heads), manifest, max_batch, model_id(folder),
-            drafter,
+            drafter, tokenizer_config=load_tokenizer_config(folder),
         )
         if check_policies:
             decider.check_policies()
@@ -169,9 +182,18 @@ class Decider:
 
     @classmethod
     def new(
-        cls, model: Model, tokenizer: Tokenizer, tasks: dict[str, Task], max_input_tokens: int, max_batch: int = 32
+        cls,
+        model: Model,
+        tokenizer: Tokenizer,
+        tasks: dict[str, Task],
+        max_input_tokens: int,
+        max_batch: int = 32,
+        tokenizer_config: dict | None = None,
     ) -> "Decider":
-        """A decider with freshly initialised heads; `tasks` maps each `module:NAME` reference to its task."""
+        """A decider with freshly initialised heads; `tasks` maps each `module:NAME` reference to its task.
+
+        `tokenizer_config` is the base's `tokenizer_config.json` (special tokens, chat template), kept
+        as it is in the folder the decider is saved to; Jev's own when not given."""
         room = model.config.max_position_embeddings - max_input_tokens
         entries, heads = {}, {}
         for reference, task in tasks.items():
@@ -183,10 +205,16 @@ class Decider:
             entries[task.name] = TaskEntry(reference, task.spec.layout(), task.spec.hash, max_input_tokens)
             heads[task.name] = TaskHeads(model.config.hidden_size, head_layouts(task.spec))
         by_name = {task.name: task for task in tasks.values()}
-        return cls(model, tokenizer, by_name, DecisionModel(model, heads), Manifest(entries), max_batch)
+        return cls(
+            model, tokenizer, by_name, DecisionModel(model, heads), Manifest(entries), max_batch,
+            tokenizer_config=tokenizer_config,
+        )
 
     def save(self, path: str | Path) -> None:
-        save_bundle(Path(path), self.model, self.tokenizer, dict(self.decision_model.heads.items()), self.manifest)
+        save_bundle(
+            Path(path), self.model, self.tokenizer, self.tokenizer_config, dict(self.decision_model.heads.items()),
+            self.manifest,
+        )
 
     def task_for(self, decision: type[BaseModel] | str) -> Task:
         """The task deciding `decision`: a task name, or a decision model with the trained schema."""
@@ -221,7 +249,7 @@ class Decider:
         said = "".join(render_values(task, instance)).strip()
         if not said or not self.tokenizer.encode(said).ids:
             raise InvalidInputError(f"invalid input for task {task.name!r}:", [{"loc": "$", "msg": NOTHING_TO_READ}])
-        ids = [self._bos, *self.tokenizer.encode(render_input(task, instance)).ids]
+        ids = [self.bos_id, *self.tokenizer.encode(render_input(task, instance)).ids]
         limit = self.manifest.tasks[task.name].max_input_tokens
         if len(ids) <= limit:
             return Encoded(ids, truncated=False)
@@ -302,7 +330,7 @@ class Decider:
     def answer_tokens(self, task: Task) -> AnswerTokens:
         """The task's answer written as tokens (built once per task)."""
         if task.name not in self._answers:
-            self._answers[task.name] = AnswerTokens(task.spec, self.tokenizer)
+            self._answers[task.name] = AnswerTokens(task.spec, self.tokenizer, self.model.config.eos_token_id)
         return self._answers[task.name]
 
     def _decision_cache(self, task: Task, token_ids: list[list[int]]) -> LatentCache:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from jev.engine.decider import BOS_TOKEN, Decider, Encoded
+from jev.engine.decider import Decider, Encoded
 from jev.schema import Decided, Task
 
 
@@ -54,9 +54,8 @@ class Engine:
 
     def warm_up(self) -> None:
         """One pass per task on a one-token input, so the first real request pays no first-call costs."""
-        bos = self.decider.tokenizer.token_to_id(BOS_TOKEN)
         for task in self.tasks.values():
-            self.run(task, [Encoded([bos], truncated=False)])
+            self.run(task, [Encoded([self.decider.bos_id], truncated=False)])
 
 
 def _fingerprint(data: Any) -> str:

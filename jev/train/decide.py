@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from jev.engine.answer import AnswerTokens
-from jev.engine.bundle import HEADS_FILE, Manifest, head_layouts, load_heads, load_tokenizer
+from jev.engine.bundle import HEADS_FILE, Manifest, head_layouts, load_heads, load_tokenizer, load_tokenizer_config
 from jev.engine.decider import Decider
 from jev.engine.decision import DecisionModel
 from jev.model import Model
@@ -173,7 +173,10 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
         raise JevError(f"--answer-frozen-layers must be 0..{model.config.num_hidden_layers} for {settings.base}, "
                        f"got {settings.answer_frozen_layers}")
     tasks = {data.reference: data.task for data in settings.tasks}
-    decider = Decider.new(model, load_tokenizer(settings.base), tasks, settings.max_input_tokens)
+    decider = Decider.new(
+        model, load_tokenizer(settings.base), tasks, settings.max_input_tokens,
+        tokenizer_config=load_tokenizer_config(settings.base),
+    )
     continued = continue_heads(decider, settings.base)
     if continued and ddp.is_main:
         print(f"continuing the heads of {sorted(continued)} from {settings.base}")
@@ -184,7 +187,8 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     splits = {}
     for data in settings.tasks:
         weight = settings.answer_weight_of(data)
-        answer = AnswerTokens(data.task.spec, decider.tokenizer).encode if weight > 0 else None
+        eos = model.config.eos_token_id
+        answer = AnswerTokens(data.task.spec, decider.tokenizer, eos).encode if weight > 0 else None
         train, skipped = read_examples(data.train, data.task, encode, settings.skip_invalid, answer)
         valid, skipped_valid = read_examples(data.valid, data.task, encode, settings.skip_invalid, answer)
         splits[data.task.name] = TaskSplits(train, valid, skipped + skipped_valid)

@@ -79,11 +79,15 @@ def save_transformers_config(folder: str | Path) -> Path:
 
     It adds no tokens when encoding (the tokenizer has no post-processor), like Jev.
     """
-    bos, eos, pad = SPECIAL_TOKENS
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos, "pad_token": pad}
     file = Path(folder) / TRANSFORMERS_CONFIG_FILE
-    file.write_text(json.dumps(config, indent=2) + "\n")
+    file.write_text(json.dumps(jev_tokenizer_config(), indent=2) + "\n")
     return file
+
+
+def jev_tokenizer_config() -> dict:
+    """The transformers tokenizer config of a tokenizer `train_tokenizer` made."""
+    bos, eos, pad = SPECIAL_TOKENS
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos, "pad_token": pad}
 
 
 def _check_special_tokens(tokenizer: Tokenizer, where: str) -> None:
