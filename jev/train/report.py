@@ -20,7 +20,7 @@ from jev.calibration import Calibrator, MultiLabelCalibrator
 from jev.engine.calibration import TaskCalibration
 from jev.engine.decider import Decider
 from jev.schema import FieldSpec, JevError, Task
-from jev.train.baseline import NAME as BASELINE_NAME
+from jev.train.baseline import TFIDF_NAME as BASELINE_NAME
 from jev.train.baseline import BaselineProbabilities, baseline_probabilities, read_labelled_texts, read_with_texts
 from jev.train.calibrate import file_identity, raw_probabilities
 from jev.train.examples import ROW_FORMAT
