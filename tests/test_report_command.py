@@ -70,7 +70,7 @@ def test_metrics_json_names_model_data_and_calibration(model_dir: Path, report_d
     assert report["calibration"]["method"] == "temperature"
     assert report["calibration"]["data_sha256"] == hashlib.sha256(TRAIN.read_bytes()).hexdigest()
     assert list(report["fields"]) == list(FIELDS)
-    assert all(entry["baseline"] is None for entry in report["fields"].values())
+    assert report["baselines"] == [] and all(entry["baselines"] == [] for entry in report["fields"].values())
 
 
 def test_metrics_json_numbers_equal_the_metrics_computed_directly(model_dir: Path, report_dir: Path) -> None:
@@ -110,7 +110,7 @@ def test_page_names_every_field_and_embeds_every_image(report_dir: Path) -> None
             assert (report_dir / file).is_file() and kind in file
     for needle in (report["model"], report["schema_hash"], report["data"]["sha256"], "conformal prediction sets"):
         assert needle in text
-    assert "baseline on the same rows" not in text
+    assert "baselines on the same rows" not in text
 
 
 def test_command_with_baseline_writes_it_beside_jev(model_dir: Path, tmp_path: Path) -> None:
@@ -120,16 +120,18 @@ def test_command_with_baseline_writes_it_beside_jev(model_dir: Path, tmp_path: P
     args = parser.parse_args([*argv, "--baseline-train", str(TRAIN), "--baseline-calib", str(VALID), "--n-boot", "5"])
     assert args.func(args) == 0
     report = json.loads((tmp_path / "metrics.json").read_text())
-    assert report["baseline"]["train"]["sha256"] == hashlib.sha256(TRAIN.read_bytes()).hexdigest()
+    [header] = report["baselines"]
+    assert header["train"]["sha256"] == hashlib.sha256(TRAIN.read_bytes()).hexdigest()
     for name in FIELDS:
-        baseline = report["fields"][name]["baseline"]
+        [baseline] = report["fields"][name]["baselines"]
+        assert baseline["name"] == "TF-IDF + LogisticRegression (C=10)"
         assert set(baseline["raw"]) == {"accuracy", "nll", "brier", "ece"}
         assert 0.0 <= baseline["raw"]["accuracy"]["value"] <= 1.0
-    assert report["fields"]["kind"]["baseline"]["calibration_method"] == "temperature"
-    assert report["fields"]["reply"]["baseline"]["calibrated"] is not None
+    assert report["fields"]["kind"]["baselines"][0]["calibration_method"] == "temperature"
+    assert report["fields"]["reply"]["baselines"][0]["calibrated"] is not None
     # The fixtures never label a mail as from a mailing list: nothing to calibrate, and the page says why.
-    assert report["fields"]["mailing_list"]["baseline"]["calibrated"] is None
+    assert report["fields"]["mailing_list"]["baselines"][0]["calibrated"] is None
     text = (tmp_path / "report.html").read_text()
-    assert text.count("baseline on the same rows") == len(FIELDS) and "Calibrated baseline not fitted" in text
+    assert text.count("baselines on the same rows") == len(FIELDS) and "Calibrated baseline 1 not fitted" in text
     with pytest.raises(JevError, match="both --baseline-train and --baseline-calib"):
         build_report(ReportSettings(model=model_dir, task="mail", data=VALID, out=tmp_path, baseline_train=TRAIN))

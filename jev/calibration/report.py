@@ -177,7 +177,7 @@ def _field_entry(
     }
     raw_report = field_report(raw, y, n_boot=n_boot, alpha=alpha, seed=seed)
     calibrated_report = field_report(calibrated, y, n_boot=n_boot, alpha=alpha, seed=seed)
-    conformal, baseline = field.get("conformal"), field.get("baseline")
+    conformal = field.get("conformal")
     return {
         "values": values,
         "n": int(y.shape[0]),
@@ -186,7 +186,10 @@ def _field_entry(
         "calibrated": calibrated_report,
         "per_value": _per_value(raw, calibrated, y, values),
         "conformal": None if conformal is None else _conformal_entry(conformal, calibrated, y, n_boot, alpha, seed),
-        "baseline": None if baseline is None else _baseline_entry(name, baseline, y, len(values), n_boot, alpha, seed),
+        "baselines": [
+            _baseline_entry(name, baseline, y, len(values), n_boot, alpha, seed)
+            for baseline in field.get("baselines", [])
+        ],
         "figures": {kind: path.name for kind, path in figures.items()},
     }
 
@@ -204,8 +207,8 @@ def write_report(
 
     Each field is `{"raw": [n, K], "calibrated": [n, K], "y": [n], "values": K names}`, optionally
     with `"conformal"`: a fitted `ConformalPolicy` whose sets are checked on these rows, and
-    `"baseline"`: `{"name", "raw": [n, K], "calibrated": [n, K] | None, "method", "note"}`, another
-    model's probabilities on the same rows. Multi-label fields are reported one label at a time, as
+    `"baselines"`: a list of `{"name", "raw": [n, K], "calibrated": [n, K] | None, "method", "note"}`,
+    other models' probabilities on the same rows. Multi-label fields are reported one label at a time, as
     two-valued fields. `header` (which model, which data: plain JSON values) heads both the page and
     metrics.json, whose top level it joins. The page embeds its images, so it can be sent alone.
     """
@@ -326,32 +329,31 @@ def _conformal_block(entry: dict[str, Any] | None, alpha: float) -> str:
     )
 
 
-def _baseline_block(entry: dict[str, Any], baseline: dict[str, Any] | None, alpha: float) -> str:
-    """Jev and the baseline side by side on the same rows, each before and after calibration."""
-    if baseline is None:
+def _baseline_block(entry: dict[str, Any], baselines: list[dict[str, Any]], alpha: float) -> str:
+    """Jev and each baseline side by side on the same rows, each before and after calibration."""
+    if not baselines:
         return ""
     level = round(100 * (1 - alpha))
-    method = html.escape(str(baseline["calibration_method"]))
-    columns = [
-        ("Jev raw", entry["raw"]["metrics"]),
-        ("Jev calibrated", entry["calibrated"]["metrics"]),
-        ("baseline raw", baseline["raw"]),
-        (f"baseline calibrated ({method})", baseline["calibrated"]),
-    ]
+    columns = [("Jev raw", entry["raw"]["metrics"]), ("Jev calibrated", entry["calibrated"]["metrics"])]
+    names, notes = [], []
+    for i, baseline in enumerate(baselines, start=1):
+        method = html.escape(str(baseline["calibration_method"]))
+        columns += [
+            (f"baseline {i} raw", baseline["raw"]),
+            (f"baseline {i} calibrated ({method})", baseline["calibrated"]),
+        ]
+        names.append(f"<li>baseline {i}: {html.escape(baseline['name'])}</li>")
+        if baseline["note"]:
+            notes.append(f"<p class='note'>Calibrated baseline {i} not fitted: {html.escape(baseline['note'])}</p>")
     header = "".join(f"<th>{label} [{level}% CI]</th>" for label, _ in columns)
     rows = []
     for key in BASELINE_METRICS:
         label, percent, _ = _METRIC_LABELS[key]
         cells = "".join(f"<td>{'&mdash;' if m is None else _cell(m[key], percent)}</td>" for _, m in columns)
         rows.append(f"<tr><td>{label}</td>{cells}</tr>")
-    note = (
-        f"<p class='note'>Calibrated baseline not fitted: {html.escape(baseline['note'])}</p>"
-        if baseline["note"]
-        else ""
-    )
     return (
-        f"<h3>baseline on the same rows</h3><p>baseline: {html.escape(baseline['name'])}</p>"
-        f"<table><tr><th>metric</th>{header}</tr>{''.join(rows)}</table>{note}"
+        f"<h3>baselines on the same rows</h3><ul>{''.join(names)}</ul>"
+        f"<table><tr><th>metric</th>{header}</tr>{''.join(rows)}</table>{''.join(notes)}"
     )
 
 
@@ -368,7 +370,7 @@ def _field_section(index: int, name: str, entry: dict[str, Any], alpha: float, i
         f"<section id='field-{index}'><h2>{title}</h2>"
         f"<p>{entry['n']} samples, {len(entry['values'])} values.</p>"
         f"{_metrics_table(entry, alpha)}{_conformal_block(entry['conformal'], alpha)}"
-        f"{_baseline_block(entry, entry['baseline'], alpha)}"
+        f"{_baseline_block(entry, entry['baselines'], alpha)}"
         f"<h3>per value</h3>{_per_value_table(entry)}{images}</section>"
     )
 

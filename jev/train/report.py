@@ -1,12 +1,16 @@
 """`jev report`: a decider's quality and calibration on a labelled split, as a page a person can read.
 
     jev report --model DIR --task mail --data test.jsonl --out reports/mail \\
-        [--baseline-train train.jsonl --baseline-calib calib.jsonl] [--n-boot 1000]
+        [--baseline-train train.jsonl --baseline-calib calib.jsonl [--baseline-valid valid.jsonl]] [--n-boot 1000]
 
 The numbers are computed here once, from the same raw and calibrated probabilities a served
 decision would get, and written by `jev.calibration.write_report` as report.html (images
 embedded), metrics.json and PNGs. The header says exactly which weights, schema, calibration and
 data produced them, so a report can be checked against a model long after it was written.
+
+The baselines (`jev.train.baseline`) are trained on other splits and scored on the same rows: the
+TF-IDF anchor from the train and calib splits, and with a valid split also the MiniLM anchor,
+which picks its C there.
 """
 
 import argparse
@@ -17,18 +21,33 @@ from typing import Any
 import numpy as np
 
 from jev.calibration import Calibrator, MultiLabelCalibrator
+from jev.digest import file_sha256
 from jev.engine.calibration import TaskCalibration
 from jev.engine.decider import Decider
 from jev.schema import FieldSpec, JevError, Task
-from jev.train.baseline import TFIDF_NAME as BASELINE_NAME
-from jev.train.baseline import BaselineProbabilities, baseline_probabilities, read_labelled_texts, read_with_texts
+from jev.train.baseline import (
+    C_GRID,
+    MINILM_NAME,
+    TFIDF_C,
+    TFIDF_NAME,
+    BaselineProbabilities,
+    baseline_probabilities,
+    minilm_probabilities,
+    read_labelled_texts,
+    read_with_texts,
+)
 from jev.train.calibrate import file_identity, raw_probabilities
 from jev.train.examples import ROW_FORMAT
+from jev.train.minilm import PACKAGE as MINILM_PACKAGE
+from jev.train.minilm import MiniLMEncoder, minilm_version, minilm_zip
 
 
 @dataclass(frozen=True)
 class ReportSettings:
-    """What `jev report` evaluates and where it writes; the baseline runs when both of its splits are given."""
+    """What `jev report` evaluates and where it writes.
+
+    TF-IDF runs when both baseline_train and baseline_calib are given; MiniLM also when baseline_valid is.
+    """
 
     model: Path
     task: str
@@ -36,6 +55,7 @@ class ReportSettings:
     out: Path
     baseline_train: Path | None = None
     baseline_calib: Path | None = None
+    baseline_valid: Path | None = None
     n_boot: int = 1000
     seed: int = 0
     skip_invalid: bool = False
@@ -84,21 +104,54 @@ def calibration_header(calibration: TaskCalibration | None) -> dict[str, Any] | 
     }
 
 
-def _baseline(
-    task: Task, settings: ReportSettings, test_texts: list[str]
-) -> tuple[dict[str, BaselineProbabilities], dict[str, Any]] | None:
-    if settings.baseline_train is None and settings.baseline_calib is None:
-        return None
+@dataclass(frozen=True)
+class Anchor:
+    """One baseline as the report shows it: its name, per-field probabilities, and what produced them."""
+
+    name: str
+    probabilities: dict[str, BaselineProbabilities]
+    header: dict[str, Any]
+
+
+def _anchors(task: Task, settings: ReportSettings, test_texts: list[str]) -> list[Anchor]:
+    if settings.baseline_train is None and settings.baseline_calib is None and settings.baseline_valid is None:
+        return []
     if settings.baseline_train is None or settings.baseline_calib is None:
-        raise JevError("the baseline needs both --baseline-train and --baseline-calib")
+        raise JevError(
+            "the baselines need both --baseline-train and --baseline-calib (and --baseline-valid for MiniLM)"
+        )
     train = read_labelled_texts(settings.baseline_train, task, settings.skip_invalid)
     calib = read_labelled_texts(settings.baseline_calib, task, settings.skip_invalid)
+    splits = {"train": file_identity(settings.baseline_train), "calib": file_identity(settings.baseline_calib)}
+    tfidf = baseline_probabilities(task, train, calib, test_texts)
+    anchors = [Anchor(TFIDF_NAME, tfidf, {"model": TFIDF_NAME, "C": TFIDF_C, **splits})]
+    if settings.baseline_valid is None:
+        return anchors
+    valid = read_labelled_texts(settings.baseline_valid, task, settings.skip_invalid)
+    weights = minilm_zip()
+    minilm = minilm_probabilities(task, train, valid, calib, test_texts, MiniLMEncoder.load(weights).encode)
     header = {
-        "model": BASELINE_NAME,
-        "train": file_identity(settings.baseline_train),
-        "calib": file_identity(settings.baseline_calib),
+        "model": MINILM_NAME,
+        "C_grid": list(C_GRID),
+        "C_picked_by": "log-loss on valid, per field",
+        "weights": {"package": MINILM_PACKAGE, "version": minilm_version(), "file": weights.name,
+                    "sha256": file_sha256(weights)},
+        **splits,
+        "valid": file_identity(settings.baseline_valid),
     }
-    return baseline_probabilities(task, train, calib, test_texts), header
+    return [*anchors, Anchor(MINILM_NAME, minilm, header)]
+
+
+def _baseline_view(anchor: Anchor, name: str) -> dict[str, Any]:
+    """One field's entry of one baseline, in the form `write_report` reads; the name says the C it used."""
+    probs = anchor.probabilities[name]
+    return {
+        "name": f"{anchor.name} (C={probs.C:g})",
+        "raw": probs.raw,
+        "calibrated": probs.calibrated,
+        "method": probs.method,
+        "note": probs.note,
+    }
 
 
 def build_report(settings: ReportSettings) -> Path:
@@ -112,29 +165,20 @@ def build_report(settings: ReportSettings) -> Path:
     raw = raw_probabilities(decider, task, examples)
     calibrated = decider.calibrated(task, raw)
     calibration = decider.calibrations.get(task.name)
-    baseline = _baseline(task, settings, texts)
+    anchors = _anchors(task, settings, texts)
     fields: dict[str, dict[str, Any]] = {}
     for spec in task.spec.closed_fields:
         y = np.array([e.label[spec.name] for e in examples])
         for name, view in field_views(spec, raw[spec.name], calibrated[spec.name], y).items():
             policy = calibration.conformal.get(name) if calibration else None
-            fields[name] = {**view, "conformal": policy}
-            if baseline is not None:
-                probs = baseline[0][name]
-                fields[name]["baseline"] = {
-                    "name": BASELINE_NAME,
-                    "raw": probs.raw,
-                    "calibrated": probs.calibrated,
-                    "method": probs.method,
-                    "note": probs.note,
-                }
+            fields[name] = {**view, "conformal": policy, "baselines": [_baseline_view(a, name) for a in anchors]}
     header = {
         "model": decider.model_id,
         "task": task.name,
         "schema_hash": task.spec.hash,
         "data": {**file_identity(settings.data), "rows_evaluated": len(examples), "rows_skipped": len(skipped)},
         "calibration": calibration_header(calibration),
-        "baseline": None if baseline is None else baseline[1],
+        "baselines": [a.header for a in anchors],
     }
     title = f"Jev report: task {task.name}"
     from jev.calibration import write_report  # matplotlib, which only reports need (the train extra)
@@ -148,7 +192,8 @@ def add_report_command(subparsers: argparse._SubParsersAction) -> None:
         "report",
         help="quality and calibration of a task on labelled data, as report.html + metrics.json",
         description="Per closed field: accuracy, NLL, Brier, ECE and more before/after calibration with\n"
-        "bootstrap intervals, figures, conformal coverage, and optionally the TF-IDF baseline beside Jev.",
+        "bootstrap intervals, figures, conformal coverage, and optionally the TF-IDF and MiniLM baselines\n"
+        "beside Jev.",
         epilog=ROW_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", type=Path, required=True, help="decider folder")
@@ -157,9 +202,12 @@ def add_report_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, required=True,
                         help="folder for report.html, metrics.json and PNGs (created if missing)")
     parser.add_argument("--baseline-train", type=Path, default=None,
-                        help="train split for the TF-IDF baseline, given with --baseline-calib (default: no baseline)")
+                        help="train split for the baselines, given with --baseline-calib (default: no baseline)")
     parser.add_argument("--baseline-calib", type=Path, default=None,
-                        help="calibration split for the baseline, given with --baseline-train (default: no baseline)")
+                        help="calibration split for the baselines, given with --baseline-train (default: no baseline)")
+    parser.add_argument("--baseline-valid", type=Path, default=None,
+                        help="valid split on which the MiniLM baseline picks C; given with the two above, adds "
+                        "all-MiniLM-L6-v2 embeddings + LogisticRegression beside TF-IDF (default: TF-IDF only)")
     parser.add_argument("--n-boot", type=int, default=1000,
                         help="bootstrap resamples per interval (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples (default: %(default)s)")
@@ -176,6 +224,7 @@ def _run(args: argparse.Namespace) -> int:
         out=args.out,
         baseline_train=args.baseline_train,
         baseline_calib=args.baseline_calib,
+        baseline_valid=args.baseline_valid,
         n_boot=args.n_boot,
         seed=args.seed,
         skip_invalid=args.skip_invalid,
