@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from jev.kernels import ops
 
 from jev.convert.closed_form import MLARanks, collect_statistics, convert
 from jev.convert.llama import LlamaTeacher
@@ -96,21 +97,66 @@ def agreement(a: list[int], b: list[int]) -> int:
 
 @torch.no_grad()
 def transformers_difference(folder: Path, model: Model, window: torch.Tensor) -> dict[str, float]:
-    """Max |logit difference| / max |logit| against transformers' DeepseekV32ForCausalLM on one window."""
+    """Max |logit difference| / max |logit| against transformers' DeepseekV32ForCausalLM on one window.
+
+    Under DSA, also: the query rows whose k-th and (k+1)-th indexer scores tie exactly (a score is 0
+    whenever every head's ReLU is), where `torch.topk` in transformers picks arbitrarily and Jev's
+    selection prefers the earlier key; and the difference once transformers' indexer is handed Jev's
+    selections, which leaves only what the selection does not explain.
+    """
     from transformers import DeepseekV32ForCausalLM
 
     ids = window.unsqueeze(0)
     out = {}
-    for name, topk in (("dsa", model.config.index_topk), ("dense", WINDOW)):
-        reference = DeepseekV32ForCausalLM.from_pretrained(folder, dtype=torch.float32, index_topk=topk).eval()
-        theirs = reference(ids).logits
-        if name == "dense":
-            with model.attending_every_key():
-                ours = model(ids)
-        else:
-            ours = model(ids)
-        out[name] = float((ours - theirs).abs().max() / theirs.abs().max())
+    with model.attending_every_key():
+        ours = model(ids)
+    reference = DeepseekV32ForCausalLM.from_pretrained(folder, dtype=torch.float32, index_topk=WINDOW).eval()
+    out["dense"] = relative_difference(ours, reference(ids).logits)
+    selections, scores = recorded_selections(model, ids)
+    ours = model(ids)
+    reference = DeepseekV32ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    out["dsa"] = relative_difference(ours, reference(ids).logits)
+    out["dsa_same_selection"] = relative_difference(ours, with_selections(reference, selections)(ids).logits)
+    k = model.config.index_topk
+    ranked = torch.cat([layer[0] for layer in scores]).sort(dim=-1, descending=True).values
+    choosing = ranked[:, k] > float("-inf")
+    out["tied_rows"] = int((choosing & (ranked[:, k - 1] == ranked[:, k])).sum())
+    out["choosing_rows"] = int(choosing.sum())
     return out
+
+
+def relative_difference(ours: torch.Tensor, theirs: torch.Tensor) -> float:
+    return float((ours - theirs).abs().max() / theirs.abs().max())
+
+
+def recorded_selections(model: Model, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each layer's top-k selection `[B, T, k]` and indexer scores `[B, T, T]` on one DSA forward."""
+    selections, scores = [], []
+    select, logits = ops.select_topk, ops.indexer_logits
+
+    def record_selection(s: torch.Tensor, k: int) -> torch.Tensor:
+        selections.append(select(s, k))
+        return selections[-1]
+
+    def record_scores(*args, **kwargs) -> torch.Tensor:
+        scores.append(logits(*args, **kwargs))
+        return scores[-1]
+
+    ops.select_topk, ops.indexer_logits = record_selection, record_scores
+    try:
+        model(ids)
+    finally:
+        ops.select_topk, ops.indexer_logits = select, logits
+    return selections, scores
+
+
+def with_selections(reference, selections: list[torch.Tensor]):
+    """`reference` with each layer's indexer returning Jev's selection (unused slots: the query itself)."""
+    for layer, chosen in zip(reference.model.layers, selections, strict=True):
+        own = torch.arange(chosen.shape[1]).view(1, -1, 1).expand_as(chosen)
+        fixed = torch.where(chosen < 0, own, chosen.long()).to(torch.int32)
+        layer.self_attn.indexer.forward = lambda *args, fixed=fixed, **kwargs: fixed
+    return reference
 
 
 def cache_ratio(config: ModelConfig, source: LlamaSource) -> float:
@@ -152,7 +198,11 @@ def render(results: dict) -> str:
                      f"{sparse / source:.3f} |")
     diff = results["transformers_difference"]
     lines += ["", f"transformers' `DeepseekV32ForCausalLM` on the same folder, one Hamlet window: largest logit "
-              f"difference {diff['dense']:.1e} (dense) and {diff['dsa']:.1e} (DSA) of the largest logit."]
+              f"difference {diff['dense']:.1e} (dense) and {diff['dsa']:.1e} (DSA) of the largest logit. Under DSA, "
+              f"{diff['tied_rows']} of {diff['choosing_rows']} query rows (all layers) have their k-th and (k+1)-th "
+              "indexer scores exactly equal (both 0 after the ReLU): transformers' `torch.topk` picks among them "
+              "arbitrarily, Jev's selection prefers the earlier key. Given Jev's selections, transformers differs "
+              f"by {diff['dsa_same_selection']:.1e}: the whole DSA difference is those ties."]
     agree = results["greedy_agreement"]
     lines += [
         "",
