@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from jev.command import MODEL_HELP, model_folder, run
-from jev.convert.cli import add_convert_command, add_export_command
+from jev.convert.cli import add_convert_command, add_export_command, add_pack_command
 from jev.data.cli import add_commands as add_data_commands
 from jev.schema import JevError, load_task
 from jev.serve.cli import add_serve_command
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_commands(commands)
     add_convert_command(commands)
     add_export_command(commands)
+    add_pack_command(commands)
     train = commands.add_parser("train", help="train a model").add_subparsers(dest="what", required=True)
     add_lm_command(train)
     add_drafter_command(train)

@@ -137,3 +137,34 @@ def test_a_decider_trained_on_a_converted_base_keeps_its_specials_template_and_b
     assert first == decider.tokenizer.token_to_id("<|im_start|>")
     assert decider.answer_tokens(task).eos == decider.tokenizer.token_to_id("<|im_end|>")
     assert isinstance(decider.decide(MailDecision, {"body": "win a free cruise"}).value, MailDecision)
+
+
+def test_packing_stores_matrices_as_q8_0_blocks_and_loads_within_their_rounding(converted, tmp_path):
+    before = Model.from_pretrained(converted)
+    size = (converted / "model.safetensors").stat().st_size
+    assert main(["pack", "--model", str(converted)]) == 0
+    assert (converted / "model.safetensors").stat().st_size < 0.5 * size  # 34 bytes per 32 numbers, plus norms
+    after = Model.from_pretrained(converted)
+    packed = 0
+    for name, weight in before.state_dict().items():
+        got = after.state_dict()[name]
+        if weight.dim() == 2 and ".self_attn." in name:
+            blocks, rounded = weight.reshape(-1, 32), got.reshape(-1, 32)
+            half_step = blocks.abs().amax(dim=1, keepdim=True) / 127 / 2
+            # plus the float16 scale's own rounding, times up to 127: relative 2^-11, or 2^-24 when subnormal
+            assert ((blocks - rounded).abs() <= half_step * (1 + 127 * 2**-10) + 127 * 2**-24).all(), name
+            packed += not torch.equal(got, weight)
+        else:
+            assert torch.equal(got, weight), f"{name} is a norm or a base weight: never rounded"
+    assert packed > 0
+    tokens = ids(16, 2)
+    with torch.no_grad():
+        assert rel_err(after(tokens), before(tokens)) <= 2e-2
+    stored = (converted / "model.safetensors").read_bytes()
+    assert main(["pack", "--model", str(converted)]) == 0
+    assert (converted / "model.safetensors").read_bytes() == stored, "packing a packed folder changes nothing"
+    out = tmp_path / "exported"
+    assert main(["export", "--model", str(converted), "--out", str(out)]) == 0
+    reference = DeepseekV32ForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        assert rel_err(after(tokens), reference(tokens).logits) <= 1e-4

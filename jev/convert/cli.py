@@ -94,3 +94,22 @@ def _run_export(args: argparse.Namespace) -> int:
     out = export_folder(model_folder(args.model), args.out)
     print(f"wrote a standalone copy to {out}")
     return 0
+
+
+def add_pack_command(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "pack",
+        help="store a model folder's weight matrices as Q8_0 (int8 blocks), in place, to commit it",
+        description="Rewrite MODEL/model.safetensors with every matrix as GGUF Q8_0 blocks; loading dequantises.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--model", type=Path, required=True, help="the model folder to pack")
+    parser.set_defaults(func=_run_pack)
+
+
+def _run_pack(args: argparse.Namespace) -> int:
+    from jev.convert.export import pack_folder
+
+    packed = pack_folder(model_folder(args.model))
+    print(f"packed {len(packed)} matrices of {args.model} as Q8_0")
+    return 0

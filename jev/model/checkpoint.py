@@ -3,6 +3,10 @@
 Jev's modules carry transformers' parameter names except the backbone's prefix (`backbone.`
 here, `model.` there), so conversion is a rename. Only safetensors is read: a pickle checkpoint
 could run code when loaded, so it is refused.
+
+A folder packed for shipping (`pack_weights`) stores its large matrices as GGUF Q8_0 blocks (int8
+with one scale per 32 numbers, the format llama.cpp calls near-lossless) in uint8 tensors that the
+file's metadata lists; reading dequantises them to float32, so the rest of Jev never sees them.
 """
 
 import json
@@ -10,13 +14,16 @@ import re
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from jev.model.config import ModelConfig
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 _PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt")
+Q8_0_METADATA = "jev.q8_0"
+_Q8_0_BLOCK = 32
 
 
 class CheckpointError(RuntimeError):
@@ -45,7 +52,7 @@ def read_weights(path: Path, config: ModelConfig) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for shard in shards:
         try:
-            shard_tensors = load_file(path / shard)
+            shard_tensors = _read_shard(path / shard)
         except Exception as exc:  # safetensors raises its own error types for truncated or foreign files
             raise CheckpointError(f"cannot read {path / shard}: {exc}") from exc
         for name, tensor in shard_tensors.items():
@@ -81,3 +88,42 @@ def write_weights(path: Path, state: dict[str, torch.Tensor], tied: bool) -> Non
         if not (tied and name == "lm_head.weight")
     }
     save_file(tensors, path / WEIGHTS_FILE, metadata={"format": "pt"})
+
+
+def _read_shard(file: Path) -> dict[str, torch.Tensor]:
+    tensors, metadata = _raw_tensors(file)
+    packed = json.loads(metadata.get(Q8_0_METADATA, "[]"))
+    if packed:
+        import gguf
+
+        for name in packed:
+            array = gguf.quants.dequantize(tensors[name].numpy(), gguf.GGMLQuantizationType.Q8_0)
+            tensors[name] = torch.from_numpy(array.astype("float32"))
+    return tensors
+
+
+def pack_weights(file: Path) -> list[str]:
+    """Rewrite a safetensors file with every float matrix whose rows split into 32-number blocks as Q8_0;
+    return the names packed. Norms, vectors and odd-shaped tensors stay as they are."""
+    import gguf
+
+    tensors, metadata = _raw_tensors(file)
+    packed = set(json.loads(metadata.get(Q8_0_METADATA, "[]")))
+    new = [
+        name for name, tensor in tensors.items()
+        if name not in packed and tensor.dim() == 2 and tensor.is_floating_point()
+        and tensor.shape[1] % _Q8_0_BLOCK == 0
+    ]
+    for name in new:
+        blocks = gguf.quants.quantize(tensors[name].float().numpy(), gguf.GGMLQuantizationType.Q8_0)
+        tensors[name] = torch.from_numpy(blocks)
+    if new:
+        metadata[Q8_0_METADATA] = json.dumps(sorted(packed | set(new)))
+        save_file(tensors, file, metadata=metadata)
+    return sorted(packed | set(new))
+
+
+def _raw_tensors(file: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    with safe_open(file, "pt") as handle:
+        names = handle.keys()  # a safetensors handle is not iterable
+        return {name: handle.get_tensor(name) for name in names}, dict(handle.metadata() or {})
