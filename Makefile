@@ -100,7 +100,7 @@ base-model-long: $(STAMP) $(DATA)/mail/test.jsonl
 		--distill-steps 90 --indexer-steps 120 --corpus $(HEAL_CORPUS)
 
 bench-convert: $(STAMP) $(DATA)/mail/test.jsonl
-	$(PY) -m benchmarks.convert --model $(CONVERTED) --data $(DATA)
+	$(PY) -m benchmarks.convert --model $(CONVERTED) $(wildcard $(CONVERTED)-long) --data $(DATA)
 
 clean-venv:
 	rm -rf $(VENV)

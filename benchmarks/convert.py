@@ -234,7 +234,10 @@ def render(results: dict) -> str:
             f"{diff['tied_rows']} of {diff['choosing_rows']} query rows (all layers) have their k-th and (k+1)-th "
             "indexer scores exactly equal (both 0 after the ReLU): transformers' `torch.topk` picks among them "
             "arbitrarily, Jev's selection prefers the earlier key. Given Jev's selections, transformers differs "
-            f"by {diff['dsa_same_selection']:.1e}: the DSA difference is those ties. Greedy continuations "
+            f"by {diff['dsa_same_selection']:.1e}"
+            + (": the DSA difference is those ties." if diff["dsa_same_selection"] <= 1e-4 else
+               ", so ties do not explain all of it.")
+            + f" Greedy continuations "
             f"({CONTINUATION} tokens) of 20 prompts agree with the source's for {sum(agree) / len(agree):.1f} tokens "
             f"on average before the first difference (per prompt: {', '.join(map(str, agree))}).",
         ]
