@@ -47,9 +47,8 @@ def load(folder: Path, dense: bool = False) -> Decider:
     """A decider folder to score; `dense` selects every key instead of the indexers' top-k."""
     decider = Decider.load(folder, check_policies=False)
     if dense:
-        for module in decider.model.modules():
-            if hasattr(module, "index_topk"):
-                module.index_topk = decider.model.config.max_position_embeddings
+        for layer in decider.model.backbone.layers:
+            layer.self_attn.index_topk = decider.model.config.max_position_embeddings
     return decider
 
 

@@ -184,8 +184,10 @@ def ranks_table(source: LlamaSource, teacher: LlamaTeacher, texts: dict[str, tor
     return rows
 
 
-def measure_model(folder: Path, source: LlamaSource, teacher: LlamaTeacher, texts: dict, data: Path) -> dict:
-    """One converted folder: dense and DSA perplexity, transformers' logits, greedy agreement."""
+def measure_model(
+    folder: Path, source: LlamaSource, teacher: LlamaTeacher, texts: dict, data: Path, topks: list[int]
+) -> dict:
+    """One converted folder: dense and DSA perplexity (also at other top-k), transformers' logits, greedy agreement."""
     model = Model.from_pretrained(folder)
     provenance = json.loads((folder / "convert.json").read_text())
     steps = {stage: len(losses) for stage, losses in provenance["history"].items()}
@@ -196,6 +198,10 @@ def measure_model(folder: Path, source: LlamaSource, teacher: LlamaTeacher, text
     with model.attending_every_key():
         out["dense"] = {name: perplexity(model, blocks) for name, blocks in texts.items()}
     out["dsa"] = {name: perplexity(model, blocks) for name, blocks in texts.items()}
+    out["dsa_topk"] = {}
+    for k in topks:
+        with model.selecting(k):
+            out["dsa_topk"][k] = {name: perplexity(model, blocks) for name, blocks in texts.items()}
     cfg = model.config
     out["cache_numbers"] = cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim
     out["cache_ratio"] = cache_ratio(cfg, source)
@@ -225,6 +231,15 @@ def render(results: dict) -> str:
             source, dense, sparse = results["source"][text], m["dense"][text], m["dsa"][text]
             lines.append(f"| `{m['folder']}` | {steps} | {text} | {source:.2f} | {dense:.2f} | {dense / source:.3f} | "
                          f"{sparse:.2f} | {sparse / source:.3f} |")
+    if models[0]["dsa_topk"]:
+        ks = list(models[0]["dsa_topk"])
+        lines += ["", "DSA perplexity ratio to the source when each query keeps k keys of the 1024-token window "
+                  "(the indexers trained as they are; `index_topk` is served):", "",
+                  "| model | text | " + " | ".join(f"k = {k}" for k in ks) + " |", "|---|---|" + "---|" * len(ks)]
+        for m in models:
+            for text in texts:
+                cells = " | ".join(f"{m['dsa_topk'][k][text] / results['source'][text]:.3f}" for k in ks)
+                lines.append(f"| `{m['folder']}` | {text} | {cells} |")
     for m in models:
         diff, agree = m["transformers_difference"], m["greedy_agreement"]
         lines += [
@@ -263,6 +278,8 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=6, help="1024-token windows per text")
     parser.add_argument("--closed-form", nargs="*", default=[], metavar="R,DR,M",
                         help="also score these ranks converted in closed form (kv_lora_rank, qk_rope_head_dim, stride)")
+    parser.add_argument("--topk", type=int, nargs="*", default=[128, 512],
+                        help="also score DSA with each layer picking this many keys instead of index_topk")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
@@ -272,7 +289,7 @@ def main() -> None:
     results: dict = {"windows": args.windows}
     results["source"] = {name: perplexity(teacher, blocks) for name, blocks in texts.items()}
     print("source", results["source"], flush=True)
-    results["models"] = [measure_model(folder, source, teacher, texts, args.data) for folder in args.model]
+    results["models"] = [measure_model(folder, source, teacher, texts, args.data, args.topk) for folder in args.model]
     if args.closed_form:
         corpus = [args.data / "mail" / "train.jsonl", args.data / "chat" / "train.jsonl",
                   *sorted(p for p in (args.data / "gutenberg").glob("*.txt") if p.stem != "hamlet_gut")]

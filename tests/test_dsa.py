@@ -82,7 +82,7 @@ def test_model_selection_inside_a_forward_pass_is_valid():
     cos, sin = model.backbone.rotary(positions, x.dtype)
     q_compressed = attn.q_a_layernorm(attn.q_a_proj(x))
     keys = attn.indexer.keys(x, cos, sin)
-    check_selection(attn.indexer.select(x, q_compressed, keys, positions, cos, sin), positions, 12)
+    check_selection(attn.indexer.select(x, q_compressed, keys, positions, cos, sin, attn.index_topk), positions, 12)
 
 
 def test_topk_at_least_length_equals_dense_attention():
@@ -147,3 +147,13 @@ def test_a_short_prefill_masks_dense_attention_to_the_selection_exactly_as_the_g
         assert rel_err(masked_cached[row, :n], gathered[row, :n]) <= 1e-5
     mask = mla.selected_key_mask(torch.tensor([[[2, 0, -1]]]), 4)
     assert mask.tolist() == [[[True, False, True, False]]]
+
+
+def test_selecting_k_keys_is_the_model_configured_with_that_index_topk():
+    ids = torch.randint(0, 97, (2, 40), generator=GEN)
+    served = random_model(tiny_config(index_topk=12))
+    narrower = random_model(tiny_config(index_topk=6))
+    with torch.no_grad():
+        with served.selecting(6):
+            assert torch.equal(served(ids), narrower(ids))
+        assert not torch.allclose(served(ids), narrower(ids)), "top-12 and top-6 of 40 keys should differ"

@@ -25,7 +25,6 @@ class Indexer(nn.Module):
         super().__init__()
         self.n_heads, self.head_dim = config.index_n_heads, config.index_head_dim
         self.rope_dim = config.qk_rope_head_dim
-        self.index_topk = config.index_topk
         self.wq_b = nn.Linear(config.q_lora_rank, self.n_heads * self.head_dim, bias=False)
         self.wk = nn.Linear(config.hidden_size, self.head_dim, bias=False)
         self.k_norm = nn.LayerNorm(self.head_dim, eps=1e-6)
@@ -55,8 +54,9 @@ class Indexer(nn.Module):
         q_positions: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
+        k: int,
     ) -> torch.Tensor:
-        """Top-`min(index_topk, t + 1)` causal positions per query `[B, T, K]` int32, -1 for unused.
+        """Top-`min(k, t + 1)` causal positions per query `[B, T, k]` int32, -1 for unused.
 
         The indexer receives no gradient from the language-model loss (selection is discrete and
         DeepSeek detaches the indexer's input), so scoring runs without autograd.
@@ -68,5 +68,5 @@ class Indexer(nn.Module):
             for start in range(0, x.shape[1], chunk):
                 rows = slice(start, start + chunk)
                 scores = ops.indexer_logits(q[:, rows], weights[:, rows], key_cache, q_positions[:, rows], self.scale)
-                selected.append(ops.select_topk(scores, self.index_topk))
+                selected.append(ops.select_topk(scores, k))
             return torch.cat(selected, dim=1)

@@ -99,7 +99,9 @@ class MLA(nn.Module):
         if batch.indexer_losses is not None:
             out = self.dense_training_attention(x, q_compressed, q_nope, q_rope, kv, batch)
         elif self.index_topk < batch.n_keys:
-            top = self.indexer.select(x, q_compressed, index_key, batch.positions, batch.cos, batch.sin)
+            top = self.indexer.select(
+                x, q_compressed, index_key, batch.positions, batch.cos, batch.sin, self.index_topk
+            )
             if batch.expanded and batch.n_keys <= DENSE_PREFILL_MAX_KEYS:
                 out = self.expanded_attention(q_nope, q_rope, kv, batch.positions, selected_key_mask(top, batch.n_keys))
             else:

@@ -1,7 +1,7 @@
 """The DeepSeek-V3.2 decoder: embeddings, MLA + DSA layers with dense or MoE feed-forward, LM head."""
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -133,14 +133,18 @@ class Model(nn.Module):
         hidden = self._layers(x, AttentionBatch(positions, cos, sin, x.shape[1], None, True, losses), frozen_layers)
         return hidden, torch.stack(losses).mean()
 
-    @contextmanager
-    def attending_every_key(self) -> Iterator["Model"]:
+    def attending_every_key(self) -> AbstractContextManager["Model"]:
         """Within the block every query attends to all its causal keys, as if `index_topk` were unbounded:
         for training before the indexers have learned, and for measuring what the top-k selection costs."""
+        return self.selecting(self.config.max_position_embeddings)
+
+    @contextmanager
+    def selecting(self, k: int) -> Iterator["Model"]:
+        """Within the block every layer's indexer keeps `k` keys per query instead of `index_topk`."""
         layers = [layer.self_attn for layer in self.backbone.layers]
         saved = [attention.index_topk for attention in layers]
         for attention in layers:
-            attention.index_topk = self.config.max_position_embeddings
+            attention.index_topk = k
         try:
             yield self
         finally:
