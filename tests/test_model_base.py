@@ -168,3 +168,22 @@ def test_packing_stores_matrices_as_q8_0_blocks_and_loads_within_their_rounding(
     reference = DeepseekV32ForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
     with torch.no_grad():
         assert rel_err(after(tokens), reference(tokens).logits) <= 1e-4
+
+
+def test_projections_healing_leaves_alone_are_derived_not_stored(installed_gguf, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "frozen"
+    assert main(["convert", "--source", str(installed_gguf), "--out", str(out), "--corpus", str(corpus),
+                 "--kv-lora-rank", "24", "--qk-rope-head-dim", "8", "--index-head-dim", "8", "--block-size", "64",
+                 "--calibration-blocks", "4", "--transfer-steps", "2", "--distill-steps", "1", "--indexer-steps", "1",
+                 "--batch-size", "2", "--freeze", "q_a_proj", "o_proj"]) == 0
+    base = json.loads((out / BASE_FILE).read_text())
+    assert base["identity"] == {f"model.layers.{i}.self_attn.q_a_proj.weight": 64 for i in range(2)}
+    assert base["tensors"]["model.layers.1.self_attn.o_proj.weight"] == "blk.1.attn_output.weight"
+    stored = stored_names(out)
+    assert not any("q_a_proj" in name or "o_proj" in name for name in stored)
+    assert "model.layers.0.self_attn.kv_b_proj.weight" in stored
+    model = Model.from_pretrained(out)
+    assert torch.equal(model.backbone.layers[0].self_attn.q_a_proj.weight, torch.eye(64))
+    assert json.loads((out / "convert.json").read_text())["heal"]["frozen"] == ["q_a_proj", "o_proj"]

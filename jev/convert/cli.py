@@ -41,6 +41,9 @@ def add_convert_command(commands: argparse._SubParsersAction) -> None:
     for stage in ("transfer", "distill", "indexer"):
         parser.add_argument(f"--{stage}-steps", type=int, default=heal.steps(stage), help=f"{stage} stage steps")
         parser.add_argument(f"--{stage}-lr", type=float, default=heal.lr(stage), help=f"{stage} stage peak lr")
+    parser.add_argument("--freeze", nargs="*", default=list(heal.frozen), choices=["q_a_proj", "o_proj"],
+                        help="attention projections healing leaves as the closed form sets them (then the "
+                        "folder derives them from its base instead of storing them)")
     parser.add_argument("--batch-size", type=int, default=heal.batch_size, help="rows per healing step")
     parser.add_argument("--seed", type=int, default=heal.seed)
     parser.add_argument("--save-every", type=int, default=heal.save_every, help="steps between saved states")
@@ -64,7 +67,7 @@ def _run_convert(args: argparse.Namespace) -> int:
         heal=HealSettings(
             transfer_steps=args.transfer_steps, distill_steps=args.distill_steps, indexer_steps=args.indexer_steps,
             transfer_lr=args.transfer_lr, distill_lr=args.distill_lr, indexer_lr=args.indexer_lr,
-            batch_size=args.batch_size, seed=args.seed, save_every=args.save_every,
+            batch_size=args.batch_size, seed=args.seed, save_every=args.save_every, frozen=tuple(args.freeze),
         ),
         block_size=args.block_size,
         calibration_blocks=args.calibration_blocks,

@@ -151,6 +151,15 @@ def carried_over(config: ModelConfig) -> dict[str, str]:
     return names
 
 
+def equal_to_source(config: ModelConfig) -> dict[str, str]:
+    """Every Jev weight the closed form sets to a source weight as it is (the carried-over ones and
+    `o_proj`), with the source's name: what a converted folder can name in its base instead of storing."""
+    names = carried_over(config)
+    for i in range(config.num_hidden_layers):
+        names[f"backbone.layers.{i}.self_attn.o_proj.weight"] = f"model.layers.{i}.self_attn.o_proj.weight"
+    return names
+
+
 def convert_attention(
     weights: dict[str, torch.Tensor],
     gain: torch.Tensor,

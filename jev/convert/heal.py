@@ -46,6 +46,10 @@ class HealSettings:
     warmup: int = 10
     seed: int = 0
     save_every: int = 10
+    # Attention projections healing leaves as the closed form set them (`q_a_proj`, `o_proj`): those
+    # stay derivable from the base (the identity, the source's own output projection), so a folder
+    # does not store them.
+    frozen: tuple[str, ...] = ()
 
     def steps(self, stage: str) -> int:
         return getattr(self, f"{stage}_steps")
@@ -54,14 +58,17 @@ class HealSettings:
         return getattr(self, f"{stage}_lr")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "frozen": list(self.frozen)}
 
 
-def stage_parameters(model: Model, stage: str) -> list[torch.nn.Parameter]:
-    """What a stage trains: every attention weight but the indexer's; or the indexers alone."""
+def stage_parameters(model: Model, stage: str, frozen: tuple[str, ...] = ()) -> list[torch.nn.Parameter]:
+    """What a stage trains: every attention weight but the indexer's and the `frozen` projections; or
+    the indexers alone."""
     params = []
     for layer in model.backbone.layers:
         for name, param in layer.self_attn.named_parameters():
+            if name.split(".")[0] in frozen:
+                continue
             if name.startswith("indexer.") == (stage == "indexer"):
                 params.append(param)
     return params
@@ -135,7 +142,7 @@ def heal(
             continue
         for param in model.parameters():
             param.requires_grad_(False)
-        for param in stage_parameters(model, stage):
+        for param in stage_parameters(model, stage, settings.frozen):
             param.requires_grad_(True)
         optimizer = build_optimizer(model, settings.lr(stage), weight_decay=0.0, betas=(0.9, 0.95))
         start = 0

