@@ -21,6 +21,7 @@ Each `--model` is measured beside the same source numbers, with the healing step
 import argparse
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import torch
@@ -28,10 +29,12 @@ import torch.nn.functional as F
 from jev.kernels import ops
 
 from jev.convert.closed_form import MLARanks, collect_statistics, convert
+from jev.convert.export import export_folder
 from jev.convert.llama import LlamaTeacher
 from jev.convert.pipeline import corpus_blocks
 from jev.convert.source import LlamaSource, read_source, smollm2_gguf
 from jev.model import Model, ModelConfig
+from jev.model.base import BaseReference
 
 WINDOW = 1024
 CONTINUATION = 32
@@ -109,6 +112,8 @@ def transformers_difference(folder: Path, model: Model, window: torch.Tensor) ->
     """
     from transformers import DeepseekV32ForCausalLM
 
+    if BaseReference.load(folder) is not None:  # transformers knows no bases: give it the standalone export
+        folder = export_folder(folder, Path(tempfile.mkdtemp()) / folder.name)
     ids = window.unsqueeze(0)
     out = {}
     with model.attending_every_key():
