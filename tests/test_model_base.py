@@ -136,7 +136,15 @@ def test_a_decider_trained_on_a_converted_base_keeps_its_specials_template_and_b
     first = decider.encode(task, {"body": "win a free cruise"}).token_ids[0]
     assert first == decider.tokenizer.token_to_id("<|im_start|>")
     assert decider.answer_tokens(task).eos == decider.tokenizer.token_to_id("<|im_end|>")
-    assert isinstance(decider.decide(MailDecision, {"body": "win a free cruise"}).value, MailDecision)
+    decided = decider.decide(MailDecision, {"body": "win a free cruise"})
+    assert isinstance(decided.value, MailDecision)
+
+    standalone = tmp_path / "standalone"
+    assert main(["export", "--model", str(out), "--out", str(standalone)]) == 0
+    assert not (standalone / BASE_FILE).exists() and (standalone / "heads.safetensors").exists()
+    again = Decider.load(standalone).decide(MailDecision, {"body": "win a free cruise"})
+    for field, probs in decided.probs.items():
+        assert again.probs[field] == pytest.approx(probs, abs=1e-6), "the exported decider decides the same"
 
 
 def test_packing_stores_matrices_as_q8_0_blocks_and_loads_within_their_rounding(converted, tmp_path):
