@@ -6,6 +6,7 @@ weights compute.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,16 +39,20 @@ def installed_gguf(tmp_path, monkeypatch):
     return module / GGUF_NAME
 
 
-@pytest.fixture
-def converted(installed_gguf, tmp_path):
+def convert_tiny(source, out, tmp_path, *extra: str) -> Path:
+    """`jev convert` of the installed tiny GGUF with small ranks and a few healing steps."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)
-    out = tmp_path / "converted"
-    assert main(["convert", "--source", str(installed_gguf), "--out", str(out), "--corpus", str(corpus),
+    assert main(["convert", "--source", str(source), "--out", str(out), "--corpus", str(corpus),
                  "--kv-lora-rank", "24", "--qk-rope-head-dim", "8", "--index-head-dim", "8", "--index-topk", "16",
-                 "--block-size", "64", "--calibration-blocks", "4", "--transfer-steps", "1", "--distill-steps", "1",
-                 "--indexer-steps", "1", "--batch-size", "2"]) == 0
+                 "--block-size", "64", "--calibration-blocks", "4", "--distill-steps", "1", "--indexer-steps", "1",
+                 "--batch-size", "2", *extra]) == 0
     return out
+
+
+@pytest.fixture
+def converted(installed_gguf, tmp_path):
+    return convert_tiny(installed_gguf, tmp_path / "converted", tmp_path, "--transfer-steps", "1")
 
 
 def stored_names(folder):
@@ -179,13 +184,8 @@ def test_packing_stores_matrices_as_q8_0_blocks_and_loads_within_their_rounding(
 
 
 def test_projections_healing_leaves_alone_are_derived_not_stored(installed_gguf, tmp_path):
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(TEXT)
-    out = tmp_path / "frozen"
-    assert main(["convert", "--source", str(installed_gguf), "--out", str(out), "--corpus", str(corpus),
-                 "--kv-lora-rank", "24", "--qk-rope-head-dim", "8", "--index-head-dim", "8", "--block-size", "64",
-                 "--calibration-blocks", "4", "--transfer-steps", "2", "--distill-steps", "1", "--indexer-steps", "1",
-                 "--batch-size", "2", "--freeze", "q_a_proj", "o_proj"]) == 0
+    out = convert_tiny(installed_gguf, tmp_path / "frozen", tmp_path, "--transfer-steps", "2",
+                       "--freeze", "q_a_proj", "o_proj")
     base = json.loads((out / BASE_FILE).read_text())
     assert base["identity"] == {f"model.layers.{i}.self_attn.q_a_proj.weight": 64 for i in range(2)}
     assert base["tensors"]["model.layers.1.self_attn.o_proj.weight"] == "blk.1.attn_output.weight"
