@@ -89,6 +89,18 @@ def _add_decide_training(train: argparse._SubParsersAction) -> None:
         "--answer-frozen-layers", type=int, default=0, metavar="N",
         help="the answer loss leaves the weights of the N lowest layers to the heads (default 0: it trains all)",
     )
+    parser.add_argument(
+        "--frozen-layers", type=int, default=None, metavar="N",
+        help="keep the embeddings and the N lowest layers as the base has them; the field queries join at "
+        "layer N, and each row's states entering it are computed once (default: the base decider's, or 0 "
+        "for a plain backbone; the shipped model uses 24)",
+    )
+    parser.add_argument("--patience", type=int, default=1,
+                        help="a task stops training after this many epochs without a better validation loss "
+                        "(default: %(default)s)")
+    parser.add_argument("--precision", choices=["auto", "float32", "bfloat16"], default="auto",
+                        help="arithmetic of training steps; auto is bfloat16 autocast where the CPU has native "
+                        "bfloat16 (AVX-512 BF16, AMX), else float32 (default: %(default)s)")
     parser.add_argument("--skip-invalid", action="store_true",
                         help="drop rows that fail validation (default: any invalid row stops the run)")
     parser.set_defaults(func=_run_decide_training)
@@ -113,10 +125,14 @@ def _run_decide_training(args: argparse.Namespace) -> int:
             batch_size=args.batch_size, lr=args.lr, max_input_tokens=args.max_input_tokens, seed=args.seed,
             skip_invalid=args.skip_invalid,
             answer_weight=args.answer_weight, answer_frozen_layers=args.answer_frozen_layers,
+            frozen_layers=args.frozen_layers, patience=args.patience, autocast=AUTOCAST[args.precision],
         )
     )
     print(f"wrote a decider to {out}")
     return 0
+
+
+AUTOCAST = {"auto": None, "float32": False, "bfloat16": True}  # --precision as DecideSettings.autocast
 
 
 def _task_weights(entries: list[str]) -> dict[str, float]:

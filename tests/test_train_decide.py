@@ -1,5 +1,6 @@
 """Decision fine-tuning on a tiny fixture: the loop learns, the output folder serves, bad rows are named."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from schemas.mail import MailDecision
 from tests.conftest import random_model, tiny_config, tiny_tokenizer, with_subjects
 
 FIXTURES = Path(__file__).parent / "fixtures" / "decide"
+OTHER = dataclasses.replace(MAIL, name="other")  # a second task, for per-task early stopping
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +142,9 @@ def test_answer_frozen_layers_reach_the_answer_pass_and_are_recorded(base, tmp_p
     seen = []
     answer_loss = DecisionModel.answer_loss
 
-    def spy(self, token_ids, answers, frozen_layers=0):
+    def spy(self, token_ids, answers, frozen_layers=0, lower_states=None):
         seen.append(frozen_layers)
-        return answer_loss(self, token_ids, answers, frozen_layers)
+        return answer_loss(self, token_ids, answers, frozen_layers, lower_states)
 
     monkeypatch.setattr(DecisionModel, "answer_loss", spy)
     run = settings(base, tmp_path / "out", epochs=1, answer_weight=1.0, answer_frozen_layers=1)
@@ -175,3 +177,43 @@ def test_task_answer_weights_that_cannot_apply_are_refused(tmp_path, capsys, ent
     code = main(["train", "decide", "--task", "schemas.mail:TASK", "--data", train, "--valid", train,
                  "--out", str(tmp_path / "out"), "--task-answer-weight", entry])
     assert code != 0 and message in capsys.readouterr().err
+
+
+def test_frozen_layers_keep_the_base_below_the_query_layer_and_the_folder_serves_it(base, tmp_path):
+    out = train_decisions(settings(base, tmp_path / "out", epochs=2, frozen_layers=1, answer_weight=0.3))
+    before, after = load_file(base / "model.safetensors"), load_file(out / "model.safetensors")
+    kept = [name for name in before if ".layers.0." in name or "embed_tokens" in name]
+    assert kept and all(torch.equal(before[name], after[name]) for name in kept)
+    upper = [name for name in before if ".layers.1." in name and name.endswith("mlp.up_proj.weight")]
+    assert upper and not torch.equal(before[upper[0]], after[upper[0]])
+    manifest = json.loads((out / "jev.json").read_text())
+    assert manifest["query_layer"] == 1
+    decider = Decider.load(out)
+    assert decider.decision_model.query_layer == 1
+    body = {"body": "win a free cruise now"}
+    assert decider.decide(MailDecision, body).value.subject is not None
+    continued = train_decisions(settings(out, tmp_path / "again", epochs=1))
+    assert json.loads((continued / "jev.json").read_text())["query_layer"] == 1  # the base decider's
+
+
+def test_frozen_layers_outside_the_base_are_refused(base, tmp_path):
+    layers = Model.from_pretrained(base).config.num_hidden_layers
+    with pytest.raises(JevError, match=rf"--frozen-layers must be 0\.\.{layers - 1}"):
+        train_decisions(settings(base, tmp_path / "out", epochs=1, frozen_layers=layers))
+
+
+def test_a_task_stops_training_once_its_validation_loss_stops_improving(base, tmp_path, monkeypatch):
+    import jev.train.decide as decide
+
+    first = TaskData("schemas.mail:TASK", MAIL, FIXTURES / "train.jsonl", FIXTURES / "valid.jsonl")
+    other = dataclasses.replace(first, reference="tests.test_train_decide:OTHER", task=OTHER)
+    losses = {"mail": iter([1.0, 1.2, 0.5, 0.4]), "other": iter([1.0, 0.9, 0.8, 0.7])}
+    evaluate = decide.evaluate
+
+    def scripted(model, task, examples, batch_size):
+        return {**evaluate(model, task, examples, batch_size), "loss": next(losses[task.name])}
+
+    monkeypatch.setattr(decide, "evaluate", scripted)
+    run = dataclasses.replace(settings(base, tmp_path / "out", epochs=4), tasks=[first, other])
+    history = json.loads((train_decisions(run) / "jev.json").read_text())["training"]["epochs"]
+    assert [epoch["trained"] for epoch in history] == [["mail", "other"], ["mail", "other"], ["other"], ["other"]]

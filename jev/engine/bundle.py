@@ -51,6 +51,7 @@ class Manifest:
     training: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    query_layer: int = 0  # the layer the field queries join the input at (`DecisionModel`)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -65,7 +66,10 @@ class Manifest:
                     f"{file} has format_version {raw.get('format_version')!r}; this Jev reads {FORMAT_VERSION}"
                 )
             tasks = {name: TaskEntry(**entry) for name, entry in raw["tasks"].items()}
-            return cls(tasks, raw.get("training", {}), raw.get("calibration", {}), raw["format_version"])
+            return cls(
+                tasks, raw.get("training", {}), raw.get("calibration", {}), raw["format_version"],
+                raw.get("query_layer", 0),
+            )
         except FileNotFoundError as exc:
             raise CheckpointError(f"{folder} is not a Jev decider: no {MANIFEST_FILE}") from exc
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:

@@ -173,8 +173,8 @@ class Decider:
         heads = load_heads(folder, layouts, model.config.hidden_size)
         drafter = load_drafter(folder / DRAFTER_DIR, model) if speculative and (folder / DRAFTER_DIR).is_dir() else None
         decider = cls(
-            model, load_tokenizer(folder), resolved, DecisionModel(model, heads), manifest, max_batch, model_id(folder),
-            drafter, tokenizer_config=load_tokenizer_config(folder),
+            model, load_tokenizer(folder), resolved, DecisionModel(model, heads, manifest.query_layer), manifest,
+            max_batch, model_id(folder), drafter, tokenizer_config=load_tokenizer_config(folder),
         )
         if check_policies:
             decider.check_policies()
@@ -189,11 +189,13 @@ class Decider:
         max_input_tokens: int,
         max_batch: int = 32,
         tokenizer_config: dict | None = None,
+        query_layer: int = 0,
     ) -> "Decider":
         """A decider with freshly initialised heads; `tasks` maps each `module:NAME` reference to its task.
 
         `tokenizer_config` is the base's `tokenizer_config.json` (special tokens, chat template), kept
-        as it is in the folder the decider is saved to; Jev's own when not given."""
+        as it is in the folder the decider is saved to; Jev's own when not given. The field queries
+        join the input at layer `query_layer`."""
         room = model.config.max_position_embeddings - max_input_tokens
         entries, heads = {}, {}
         for reference, task in tasks.items():
@@ -206,7 +208,8 @@ class Decider:
             heads[task.name] = TaskHeads(model.config.hidden_size, head_layouts(task.spec))
         by_name = {task.name: task for task in tasks.values()}
         return cls(
-            model, tokenizer, by_name, DecisionModel(model, heads), Manifest(entries), max_batch,
+            model, tokenizer, by_name, DecisionModel(model, heads, query_layer),
+            Manifest(entries, query_layer=query_layer), max_batch,
             tokenizer_config=tokenizer_config,
         )
 

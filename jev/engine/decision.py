@@ -33,12 +33,20 @@ class DecisionOutputs(NamedTuple):
 
 
 class DecisionModel(nn.Module):
-    """The language model plus every task's heads: one module for the optimizer, DDP and the checkpoint."""
+    """The language model plus every task's heads: one module for the optimizer, DDP and the checkpoint.
 
-    def __init__(self, model: Model, heads: dict[str, TaskHeads]) -> None:
+    The field queries join the input's states at layer `query_layer` (0: with the token embeddings).
+    The input's states below that layer then never depend on the task, so a fine-tuning run that
+    freezes those layers computes them once per row (`lower_states`) and trains only the layers above.
+    """
+
+    def __init__(self, model: Model, heads: dict[str, TaskHeads], query_layer: int = 0) -> None:
         super().__init__()
+        if not 0 <= query_layer < model.config.num_hidden_layers:
+            raise ValueError(f"query_layer must be 0..{model.config.num_hidden_layers - 1}, got {query_layer}")
         self.model = model
         self.heads = nn.ModuleDict(heads)
+        self.query_layer = query_layer
 
     def forward(
         self,
@@ -49,6 +57,7 @@ class DecisionModel(nn.Module):
         answers: Sequence[Sequence[int]] | None = None,
         answer_frozen_layers: int = 0,
         cache: LatentCache | None = None,
+        lower_states: Sequence[torch.Tensor] | None = None,
     ) -> DecisionOutputs:
         """Logits per field for a batch of tokenised inputs of any lengths.
 
@@ -56,22 +65,38 @@ class DecisionModel(nn.Module):
         returned too (the answer pass, when `answers` are given, adds none, and the weights of its
         lowest `answer_frozen_layers` layers learn nothing from it); otherwise the indexer's top-k
         selection is used and `cache`, if given, receives every row's inputs and field tokens.
+        `lower_states[r]`, when given, holds row r's states `[n, D]` entering `query_layer` (from
+        `input_states`; its answer's after its input's), and the layers below are not run.
         """
+        if not token_ids or any(len(ids) == 0 for ids in token_ids):
+            raise ValueError("every input needs at least one token")
         heads: TaskHeads = self.heads[task]
-        embeds, lengths, field_positions = self.layout(heads, token_ids)
-        if training:
-            hidden, indexer_loss = self.model.training_states(inputs_embeds=embeds, lengths=lengths)
+        lengths = torch.tensor([len(ids) for ids in token_ids], device=self.model.device)
+        losses: list[torch.Tensor] | None = [] if training else None
+        if lower_states is None:
+            x = self.model.embed(_padded(token_ids, self.model.device))
+            if self.query_layer:
+                x = self.model.layer_states(x, lengths, stop=self.query_layer, cache=cache, indexer_losses=losses)
         else:
-            hidden = self.model.hidden_states(inputs_embeds=embeds, lengths=lengths, cache=cache)
-            indexer_loss = None
+            x = _stacked([states[: len(ids)] for states, ids in zip(lower_states, token_ids, strict=True)])
+        x, total, field_positions = self.with_queries(heads, x, lengths)
+        hidden = self.model.layer_states(x, total, start=self.query_layer, cache=cache, indexer_losses=losses)
+        if cache is not None:
+            cache.advance(total)
         rows = torch.arange(len(token_ids), device=hidden.device).unsqueeze(1)
         logits = heads(hidden[rows, field_positions])
+        indexer_loss = torch.stack(losses).mean() if losses else None
         if answers is None:
             return DecisionOutputs(logits, indexer_loss)
-        return DecisionOutputs(logits, indexer_loss, self.answer_loss(token_ids, answers, answer_frozen_layers))
+        answer_loss = self.answer_loss(token_ids, answers, answer_frozen_layers, lower_states)
+        return DecisionOutputs(logits, indexer_loss, answer_loss)
 
     def answer_loss(
-        self, token_ids: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], frozen_layers: int = 0
+        self,
+        token_ids: Sequence[Sequence[int]],
+        answers: Sequence[Sequence[int]],
+        frozen_layers: int = 0,
+        lower_states: Sequence[torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Mean cross-entropy of each answer's tokens after its input (dense attention); the weights of
         the lowest `frozen_layers` layers learn nothing from it.
@@ -84,33 +109,48 @@ class DecisionModel(nn.Module):
         device = self.model.device
         rows = [[*ids, *answer] for ids, answer in zip(token_ids, answers, strict=True)]
         lengths = torch.tensor([len(r) for r in rows], device=device)
-        padded = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long, device=device)
-        for row, ids in enumerate(rows):
-            padded[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
-        hidden, _ = self.model.training_states(padded, lengths=lengths, frozen_layers=frozen_layers)
+        padded = _padded(rows, device)
+        if lower_states is None:
+            x, start = self.model.embed(padded), 0
+        else:
+            x, start = _stacked(lower_states), self.query_layer
+        hidden = self.model.layer_states(x, lengths, start=start, indexer_losses=[], frozen_layers=frozen_layers)
         row_index = torch.cat([torch.full((len(a),), r) for r, a in enumerate(answers)]).to(device)
         target_pos = torch.cat([torch.arange(len(t), len(t) + len(a)) for t, a in zip(token_ids, answers, strict=True)])
         target_pos = target_pos.to(device)
         logits = self.model.lm_head(hidden[row_index, target_pos - 1])
         return F.cross_entropy(logits.float(), padded[row_index, target_pos])
 
-    def layout(
-        self, heads: TaskHeads, token_ids: Sequence[Sequence[int]]
+    @torch.no_grad()
+    def input_states(self, rows: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Each row's states `[len, D]` entering `query_layer`, as the served pass computes them."""
+        lengths = torch.tensor([len(r) for r in rows], device=self.model.device)
+        x = self.model.embed(_padded(rows, self.model.device))
+        x = self.model.layer_states(x, lengths, stop=self.query_layer)
+        return [x[r, :n] for r, n in enumerate(lengths.tolist())]
+
+    def with_queries(
+        self, heads: TaskHeads, x: torch.Tensor, lengths: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Embeddings `[B, W, D]` with each row's field queries after its input, total lengths `[B]`,
-        and the field tokens' positions `[B, F]`."""
-        if not token_ids or any(len(ids) == 0 for ids in token_ids):
-            raise ValueError("every input needs at least one token")
-        device = heads.queries.device
+        """States `[B, W + F, D]` with each row's field queries right after its `lengths` input
+        states (padding after them), total lengths `[B]`, and the field tokens' positions `[B, F]`."""
         n_fields = heads.queries.shape[0]
-        input_lengths = torch.tensor([len(ids) for ids in token_ids], device=device)
-        width = int(input_lengths.max()) + n_fields
-        padded = torch.zeros(len(token_ids), width, dtype=torch.long, device=device)
-        for row, ids in enumerate(token_ids):
-            padded[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
-        field_positions = input_lengths.unsqueeze(1) + torch.arange(n_fields, device=device)
-        rows = torch.arange(len(token_ids), device=device).unsqueeze(1).expand_as(field_positions)
-        embeds = self.model.embed(padded)
-        queries = heads.queries.to(embeds.dtype).expand(len(token_ids), -1, -1)
-        embeds = embeds.index_put((rows, field_positions), queries)
-        return embeds, input_lengths + n_fields, field_positions
+        width = int(lengths.max()) + n_fields
+        x = F.pad(x[:, : int(lengths.max())], (0, 0, 0, width - int(lengths.max())))
+        field_positions = lengths.unsqueeze(1) + torch.arange(n_fields, device=x.device)
+        rows = torch.arange(len(lengths), device=x.device).unsqueeze(1).expand_as(field_positions)
+        queries = heads.queries.to(x.dtype).expand(len(lengths), -1, -1)
+        return x.index_put((rows, field_positions), queries), lengths + n_fields, field_positions
+
+
+def _padded(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
+    """Token ids `[B, longest]`, right-padded with 0."""
+    padded = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long, device=device)
+    for row, ids in enumerate(rows):
+        padded[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+    return padded
+
+
+def _stacked(states: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-row states `[n_r, D]` as one right-padded batch `[B, longest, D]`."""
+    return nn.utils.rnn.pad_sequence(list(states), batch_first=True)

@@ -96,6 +96,36 @@ class Model(nn.Module):
         """The final-normed hidden states `[B, T, D]` of the new tokens (what the heads read)."""
         x = self._embed(input_ids, inputs_embeds)
         lengths = self._lengths(x, lengths)
+        hidden = self.layer_states(x, lengths, cache=cache)
+        if cache is not None:
+            cache.advance(lengths)
+        return hidden
+
+    def layer_states(
+        self,
+        x: torch.Tensor,
+        lengths: torch.Tensor,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        cache: LatentCache | None = None,
+        indexer_losses: list[torch.Tensor] | None = None,
+        frozen_layers: int = 0,
+    ) -> torch.Tensor:
+        """States `x [B, T, D]` entering layer `start` through layers `start..stop-1`, final-normed
+        when `stop` is the last layer.
+
+        A pass may run in stages (the decision's field queries join at a higher layer): with `cache`,
+        each stage writes its tokens at positions after the cached past, and the caller advances the
+        cache once, by the last stage's lengths. With `indexer_losses` attention stays dense and
+        each layer appends its indexer's KL loss (see `training_states`). Layers below
+        `frozen_layers` run on detached weights.
+        """
+        stop = len(self.backbone.layers) if stop is None else stop
+        if not 0 <= start <= stop <= len(self.backbone.layers):
+            raise ValueError(f"layers {start}..{stop} are not within 0..{len(self.backbone.layers)}")
+        if indexer_losses is not None and cache is not None:
+            raise ValueError("training passes are cache-free")
         if cache is None:
             positions, n_keys, expanded = self._fresh_positions(x, lengths), x.shape[1], True
         else:
@@ -104,10 +134,15 @@ class Model(nn.Module):
             positions = cache.positions_for(lengths, x.shape[1])
             n_keys, expanded = int((cache.lengths + lengths).max()), bool((cache.lengths == 0).all())
         cos, sin = self.backbone.rotary(positions, x.dtype)
-        hidden = self._layers(x, AttentionBatch(positions, cos, sin, n_keys, cache, expanded))
-        if cache is not None:
-            cache.advance(lengths)
-        return hidden
+        batch = AttentionBatch(positions, cos, sin, n_keys, cache, expanded, indexer_losses)
+        for i in range(start, stop):
+            layer = self.backbone.layers[i]
+            if i < frozen_layers:
+                detached = {name: weight.detach() for name, weight in layer.named_parameters()}
+                x = torch.func.functional_call(layer, detached, (x, batch))
+            else:
+                x = layer(x, batch)
+        return self.backbone.norm(x) if stop == len(self.backbone.layers) else x
 
     def training_states(
         self,
@@ -127,10 +162,8 @@ class Model(nn.Module):
         if not 0 <= frozen_layers <= len(self.backbone.layers):
             raise ValueError(f"frozen_layers must be 0..{len(self.backbone.layers)}, got {frozen_layers}")
         x = self._embed(input_ids, inputs_embeds)
-        positions = self._fresh_positions(x, self._lengths(x, lengths))
-        cos, sin = self.backbone.rotary(positions, x.dtype)
         losses: list[torch.Tensor] = []
-        hidden = self._layers(x, AttentionBatch(positions, cos, sin, x.shape[1], None, True, losses), frozen_layers)
+        hidden = self.layer_states(x, self._lengths(x, lengths), indexer_losses=losses, frozen_layers=frozen_layers)
         return hidden, torch.stack(losses).mean()
 
     def attending_every_key(self) -> AbstractContextManager["Model"]:
@@ -170,15 +203,6 @@ class Model(nn.Module):
     def _fresh_positions(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[0], -1)
         return torch.where(positions < lengths.unsqueeze(1), positions, -1)
-
-    def _layers(self, x: torch.Tensor, batch: AttentionBatch, frozen_layers: int = 0) -> torch.Tensor:
-        for i, layer in enumerate(self.backbone.layers):
-            if i < frozen_layers:
-                detached = {name: weight.detach() for name, weight in layer.named_parameters()}
-                x = torch.func.functional_call(layer, detached, (x, batch))
-            else:
-                x = layer(x, batch)
-        return self.backbone.norm(x)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> "Model":

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from jev.schema import JevError, ProblemsError, Task
 
 MAX_REPORTED = 20
@@ -39,12 +41,14 @@ class InvalidRowsError(JevError):
 
 @dataclass(frozen=True)
 class Example:
-    """One training row: its token ids, the index (or 0/1 per label) of each closed field's answer, and
-    the answer written as tokens (empty unless the run trains the language model on it)."""
+    """One training row: its token ids, the index (or 0/1 per label) of each closed field's answer, the
+    answer written as tokens (empty unless the run trains the language model on it), and the states
+    `[len(token_ids) + len(answer_ids), D]` entering the query layer when a run caches them."""
 
     token_ids: list[int]
     label: dict[str, int | list[int]]
     answer_ids: list[int] = field(default_factory=list)
+    lower_states: torch.Tensor | None = None
 
 
 def read_examples(

@@ -1,0 +1,86 @@
+"""Field queries that join at a higher layer: the batched pass equals a row-by-row reference, the
+cached lower states give the same logits, and the cache a decision leaves is a plain prefill."""
+
+import pytest
+import torch
+
+from jev.engine.decision import DecisionModel
+from jev.model.heads import HeadLayout, TaskHeads
+from tests.conftest import random_model, tiny_config
+
+ROWS = [[5, 9, 2, 7, 11, 3], [4, 8], [13, 1, 6, 10]]
+LAYOUT = [HeadLayout("kind", 3, False), HeadLayout("tags", 4, True)]
+
+
+def _network(query_layer: int) -> DecisionModel:
+    torch.manual_seed(0)
+    model = random_model(tiny_config(index_topk=64, num_hidden_layers=3))
+    return DecisionModel(model, {"t": TaskHeads(model.config.hidden_size, LAYOUT)}, query_layer).eval()
+
+
+def _reference_states(network: DecisionModel, ids: list[int]) -> torch.Tensor:
+    """One row alone, layer by layer: its input to the query layer, then input and queries above it."""
+    model, layer = network.model, network.query_layer
+    x = model.embed(torch.tensor([ids]))
+    x = torch.cat([model.layer_states(x, torch.tensor([len(ids)]), stop=layer), network.heads["t"].queries[None]], 1)
+    hidden = model.layer_states(x, torch.tensor([x.shape[1]]), start=layer)
+    return hidden[0, len(ids) :]
+
+
+@pytest.mark.parametrize("query_layer", [0, 1, 2])
+def test_a_ragged_batch_equals_each_row_alone(query_layer):
+    network = _network(query_layer)
+    with torch.no_grad():
+        logits = network("t", ROWS).logits
+        for r, ids in enumerate(ROWS):
+            expected = network.heads["t"](_reference_states(network, ids)[None])
+            for field, want in zip(logits, expected, strict=True):
+                torch.testing.assert_close(field[r], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_the_query_layer_changes_what_the_heads_read():
+    with torch.no_grad():
+        low, high = _network(0)("t", ROWS).logits[0], _network(2)("t", ROWS).logits[0]
+    assert not torch.allclose(low, high, atol=1e-3)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_cached_lower_states_give_the_same_logits_and_answer_loss(training):
+    network = _network(2)
+    answers = [[3, 4], [5], [6, 7, 8]]
+    with torch.no_grad():
+        full = network("t", ROWS, training=training, answers=answers)
+        lowers = network.input_states([ids + answer for ids, answer in zip(ROWS, answers, strict=True)])
+        cached = network("t", ROWS, training=training, answers=answers, lower_states=lowers)
+    for a, b in zip(full.logits, cached.logits, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(full.answer_loss, cached.answer_loss, rtol=1e-5, atol=1e-6)
+
+
+def test_the_decision_cache_rolled_back_is_a_prefill_of_the_input():
+    network = _network(1)
+    model = network.model
+    lengths = torch.tensor([len(ids) for ids in ROWS])
+    padded = torch.zeros(len(ROWS), int(lengths.max()), dtype=torch.long)
+    for r, ids in enumerate(ROWS):
+        padded[r, : len(ids)] = torch.tensor(ids)
+    with torch.no_grad():
+        decided = model.new_cache(len(ROWS), 16)
+        logits = network("t", ROWS, cache=decided).logits
+        decided.truncate(lengths)
+        plain = model.new_cache(len(ROWS), 16)
+        model.hidden_states(padded, cache=plain, lengths=lengths)
+        expected = network("t", ROWS).logits
+    torch.testing.assert_close(logits[0], expected[0], rtol=1e-5, atol=1e-6)
+    assert torch.equal(decided.lengths, plain.lengths)
+    for layer in range(model.config.num_hidden_layers):
+        for r, n in enumerate(lengths.tolist()):
+            mine, theirs = decided.view(layer, n)[0][r, :n], plain.view(layer, n)[0][r, :n]
+            torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_a_query_layer_outside_the_model_is_refused():
+    model = random_model(tiny_config(num_hidden_layers=2))
+    heads = {"t": TaskHeads(model.config.hidden_size, LAYOUT)}
+    with pytest.raises(ValueError, match=r"query_layer must be 0\.\.1"):
+        DecisionModel(model, heads, 2)
