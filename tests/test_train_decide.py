@@ -217,3 +217,12 @@ def test_a_task_stops_training_once_its_validation_loss_stops_improving(base, tm
     run = dataclasses.replace(settings(base, tmp_path / "out", epochs=4), tasks=[first, other])
     history = json.loads((train_decisions(run) / "jev.json").read_text())["training"]["epochs"]
     assert [epoch["trained"] for epoch in history] == [["mail", "other"], ["mail", "other"], ["other"], ["other"]]
+
+
+def test_frozen_mlps_leave_every_mlp_as_the_base_has_it(base, tmp_path):
+    out = train_decisions(settings(base, tmp_path / "out", epochs=1, frozen_layers=1, frozen_mlps=True))
+    before, after = load_file(base / "model.safetensors"), load_file(out / "model.safetensors")
+    mlps = [name for name in before if ".mlp." in name]
+    assert mlps and all(torch.equal(before[name], after[name]) for name in mlps)
+    attention = [name for name in before if ".layers.1.self_attn." in name]
+    assert any(not torch.equal(before[name], after[name]) for name in attention)

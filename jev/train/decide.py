@@ -13,7 +13,8 @@ and reported per epoch; `answer_frozen_layers` keeps it out of the lowest layers
 With `frozen_layers = N > 0` (the recipe a 2-core CPU affords on a pretrained backbone) the
 embeddings and the lowest N layers keep the base's weights and the field queries join at layer N.
 The input's states entering layer N then never change, so they are computed once per row (its
-answer's too) and kept in bfloat16, and every step runs only the layers above.
+answer's too) and kept in bfloat16, and every step runs only the layers above. `frozen_mlps` keeps
+their MLPs too, so a folder on a registry base stores only the attention weights it changed.
 
 Training runs under bfloat16 autocast where the CPU has native bfloat16 arithmetic (AVX-512 BF16 or
 AMX): there a step costs 0.4x float32's. Elsewhere it stays float32, since emulated bfloat16
@@ -74,6 +75,7 @@ class DecideSettings:
     answer_weight: float = 0.0
     answer_frozen_layers: int = 0  # lowest layers whose weights the answer loss leaves to the heads
     frozen_layers: int | None = None  # None: the base decider's query layer, or 0 for a plain backbone
+    frozen_mlps: bool = False  # the MLPs above `frozen_layers` keep the base's weights too
     patience: int = 1  # epochs without a better validation loss after which a task stops training
     autocast: bool | None = None  # bfloat16 autocast; None: where the CPU computes in bfloat16 natively
     seed: int = 0
@@ -86,8 +88,8 @@ class DecideSettings:
             "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
             "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight,
             "answer_weight": self.answer_weight, "answer_frozen_layers": self.answer_frozen_layers,
-            "frozen_layers": self.frozen_layers, "patience": self.patience, "autocast": self.autocast,
-            "seed": self.seed,
+            "frozen_layers": self.frozen_layers, "frozen_mlps": self.frozen_mlps, "patience": self.patience,
+            "autocast": self.autocast, "seed": self.seed,
             "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid),
                                     "answer_weight": self.answer_weight_of(d)} for d in self.tasks},
         }
@@ -207,6 +209,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     """The training loop; returns the decider with the best epoch's weights (the same on every rank)."""
     torch.manual_seed(settings.seed)
     rng = random.Random(settings.seed)
+    began = time.perf_counter()
     model = Model.from_pretrained(settings.base).train()
     layers = model.config.num_hidden_layers
     if not 0 <= settings.answer_frozen_layers <= layers:
@@ -234,7 +237,10 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     if frozen:
         for parameter in [*model.backbone.embed_tokens.parameters(), *model.backbone.layers[:frozen].parameters()]:
             parameter.requires_grad_(False)
-    splits = {}
+    if settings.frozen_mlps:
+        for layer in model.backbone.layers[frozen:]:
+            layer.mlp.requires_grad_(False)
+    splits, caching = {}, 0.0
     for data in settings.tasks:
         weight = settings.answer_weight_of(data)
         eos = model.config.eos_token_id
@@ -242,10 +248,11 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
         train, skipped = read_examples(data.train, data.task, encode, settings.skip_invalid, answer)
         valid, skipped_valid = read_examples(data.valid, data.task, encode, settings.skip_invalid, answer)
         if frozen:
-            name = data.task.name
+            name, cached = data.task.name, time.perf_counter()
             with _autocast(autocast):
                 train = with_lower_states(network, train, settings.batch_size, f"{name}: train rows to layer {frozen}")
                 valid = with_lower_states(network, valid, settings.batch_size, f"{name}: valid rows to layer {frozen}")
+            caching += time.perf_counter() - cached
         splits[data.task.name] = TaskSplits(train, valid, skipped + skipped_valid)
         if ddp.is_main:
             for line in skipped + skipped_valid:
@@ -323,7 +330,8 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
         "best_valid_loss": best_loss,
         "steps": step,
         "tokens": tokens,
-        "seconds": round(time.perf_counter() - started, 1),
+        "seconds": round(time.perf_counter() - began, 1),
+        "lower_states_seconds": round(caching, 1),
         "world_size": ddp.world_size,
     }
     return decider

@@ -1,0 +1,64 @@
+"""Fine-tuning recipes side by side: each decider folder's kept validation accuracy, its training
+wall time and the command that trained it, read from its `jev.json` training record.
+
+    python -m benchmarks.recipe runs/recipe/L27attn runs/recipe/L24attn
+
+Train the folders with `jev train decide` (the record holds every setting); the table compares
+whatever they differ in.
+"""
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+from benchmarks.report import write_results
+
+
+def command_of(settings: dict) -> str:
+    """The `jev train decide` command a training record's settings correspond to."""
+    words = ["jev", "train", "decide", "--base", settings["base"]]
+    for task in settings["tasks"].values():
+        words += ["--task", task["reference"], "--data", task["train"], "--valid", task["valid"]]
+    for key in ("epochs", "batch_size", "lr", "max_input_tokens", "seed", "answer_weight", "frozen_layers"):
+        if settings.get(key) is not None:
+            words += [f"--{key.replace('_', '-')}", str(settings[key])]
+    if settings.get("frozen_mlps"):
+        words.append("--frozen-mlps")
+    return shlex.join(words)
+
+
+def row_of(folder: Path) -> tuple[str, dict[str, float], float, str]:
+    training = json.loads((folder / "jev.json").read_text())["training"]
+    kept = training["epochs"][training["best_epoch"] - 1]
+    scores = {
+        f"{task}.{key.removeprefix('accuracy.')}": value
+        for task in training["settings"]["tasks"]
+        for key, value in kept[task].items()
+        if key.startswith("accuracy.")
+    }
+    return folder.name, scores, training["seconds"], command_of(training["settings"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folders", nargs="+", type=Path, help="decider folders written by jev train decide")
+    args = parser.parse_args(argv)
+    rows = [row_of(folder) for folder in args.folders]
+    fields = sorted({name for _, scores, _, _ in rows for name in scores})
+    lines = ["Validation accuracy of the kept epoch; wall time of the whole `jev train decide` run.", "",
+             "| run | " + " | ".join(fields) + " | wall s |", "|---|" + "---|" * (len(fields) + 1)]
+    for name, scores, seconds, _ in rows:
+        cells = [f"{100 * scores[f]:.1f}%" if f in scores else "-" for f in fields]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {seconds:.0f} |")
+    lines.append("")
+    lines += [f"- {name}: `{command}`" for name, _, _, command in rows]
+    markdown = "\n".join(lines)
+    print(markdown)
+    write_results("recipe", {"runs": [{"name": n, "scores": s, "seconds": t, "command": c} for n, s, t, c in rows]},
+                  markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
