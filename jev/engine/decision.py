@@ -2,7 +2,8 @@
 
 Training and inference share this module, so the layout the heads were trained on is exactly the
 layout they are served with. Each row of a batch holds its own input length; its field tokens sit
-right after its last input token and padding goes after them.
+right after its last input token and padding goes after them. The field tokens may join at a
+higher layer (`query_layer`): the layers below it then read the input alone.
 
 Training may also teach the language model to write the answer (`answers`): a second pass over
 `[input tokens][answer tokens]`, without the query tokens, because a generative reader of the same
@@ -64,9 +65,10 @@ class DecisionModel(nn.Module):
         With `training=True` attention stays dense and the DSA indexers' KL loss on this pass is
         returned too (the answer pass, when `answers` are given, adds none, and the weights of its
         lowest `answer_frozen_layers` layers learn nothing from it); otherwise the indexer's top-k
-        selection is used and `cache`, if given, receives every row's inputs and field tokens.
-        `lower_states[r]`, when given, holds row r's states `[n, D]` entering `query_layer` (from
-        `input_states`; its answer's after its input's), and the layers below are not run.
+        selection is used and `cache`, if given, receives every row's inputs (and, from `query_layer`
+        up, its field tokens, which a caller rolls back before writing text). `lower_states[r]`,
+        when given, holds row r's states `[n, D]` entering `query_layer` (from `input_states`; its
+        answer's after its input's), and the layers below are not run.
         """
         if not token_ids or any(len(ids) == 0 for ids in token_ids):
             raise ValueError("every input needs at least one token")
