@@ -93,7 +93,7 @@ def _add_decide_training(train: argparse._SubParsersAction) -> None:
         "--frozen-layers", type=int, default=None, metavar="N",
         help="keep the embeddings and the N lowest layers as the base has them; the field queries join at "
         "layer N, and each row's states entering it are computed once (default: the base decider's, or 0 "
-        "for a plain backbone; the shipped model uses 24)",
+        "for a plain backbone; the shipped model uses 27)",
     )
     parser.add_argument("--frozen-mlps", action="store_true",
                         help="keep the MLPs above the frozen layers too: only attention, norms and heads learn, "
