@@ -17,10 +17,11 @@ answer's too) and kept in bfloat16, and every step runs only the layers above. `
 their MLPs too, so a folder on a registry base stores only the attention weights it changed.
 
 Training runs under bfloat16 autocast where the CPU has native bfloat16 arithmetic (AVX-512 BF16 or
-AMX): there a step costs 0.4x float32's. Elsewhere it stays float32, since emulated bfloat16
-matrix products are 8x slower than float32's (measured on an AVX2-only EPYC). A task stops
-training once its validation loss has not improved for `patience` epochs; the folder keeps the
-epoch with the lowest mean validation loss across tasks.
+AMX): there a step was measured at 0.4x float32's. Elsewhere it stays float32, since emulated bfloat16
+matrix products are 8x slower than float32's (measured on an AVX2-only EPYC).
+
+A task stops training once its validation loss has not improved for `patience` epochs; the folder
+keeps the epoch with the lowest mean validation loss across tasks.
 """
 
 import copy
