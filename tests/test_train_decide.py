@@ -38,7 +38,7 @@ def base(tmp_path_factory) -> Path:
 
 def settings(base: Path, out: Path, train: Path = FIXTURES / "train.jsonl", **overrides) -> DecideSettings:
     data = TaskData("schemas.mail:TASK", MAIL, train, FIXTURES / "valid.jsonl")
-    values = dict(epochs=8, batch_size=8, lr=1e-2, warmup_steps=4, max_input_tokens=32, seed=0)
+    values = dict(epochs=8, batch_size=8, lr=1e-2, warmup_steps=4, max_input_tokens=32, seed=0, autocast=False)
     return DecideSettings(tasks=[data], base=base, out=out, **{**values, **overrides})
 
 
@@ -226,3 +226,10 @@ def test_frozen_mlps_leave_every_mlp_as_the_base_has_it(base, tmp_path):
     assert mlps and all(torch.equal(before[name], after[name]) for name in mlps)
     attention = [name for name in before if ".layers.1.self_attn." in name]
     assert any(not torch.equal(before[name], after[name]) for name in attention)
+
+
+def test_bfloat16_autocast_trains_a_folder_that_serves(base, tmp_path):
+    out = train_decisions(settings(base, tmp_path / "out", epochs=1, frozen_layers=1, autocast=True))
+    record = json.loads((out / "jev.json").read_text())["training"]
+    assert record["settings"]["autocast"] is True and record["epochs"][0]["mail"]["loss"] > 0
+    assert isinstance(Decider.load(out).decide(MailDecision, {"body": "win a free cruise now"}).value, MailDecision)
