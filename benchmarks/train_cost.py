@@ -25,16 +25,17 @@ PROJECTED_ROWS = 5000
 
 
 def rows_of(decider: Decider, path: Path, n: int, tokens: int) -> list[Example]:
-    """The first `n` mails long enough for `tokens` tokens, cut to exactly that many."""
+    """The first `n` mail bodies long enough for `tokens` tokens, cut to exactly that many (the
+    decider's own input limit would cut them shorter)."""
     examples = []
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
-        ids = decider.encode(MAIL, row["input"]).token_ids
-        if len(ids) >= tokens:
-            label = MAIL.spec.encode_label({**row["label"], "subject": ""})
-            examples.append(Example(ids[:tokens], label))
-        if len(examples) == n:
-            return examples
+    with path.open(encoding="utf-8") as file:
+        for line in file:
+            row = json.loads(line)
+            ids = [decider.bos_id, *decider.tokenizer.encode(row["input"]["body"]).ids]
+            if len(ids) >= tokens:
+                examples.append(Example(ids[:tokens], MAIL.spec.encode_label({**row["label"], "subject": ""})))
+            if len(examples) == n:
+                return examples
     raise SystemExit(f"{path} has fewer than {n} rows of {tokens} tokens")
 
 
