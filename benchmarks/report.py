@@ -7,12 +7,13 @@ one benchmark rewrites its own table and leaves the others alone.
 import datetime
 import json
 import os
-import platform
 import shlex
 import sys
 from pathlib import Path
 
 import torch
+
+from jev.engine.profiles import processor_name
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -20,15 +21,7 @@ INTRO = "# Benchmarks\n\nEvery number here was printed by a script in `benchmark
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    model_name = ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model_name = line.split(":", 1)[1].strip()
-                break
-    return f"{model_name or cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    return f"{processor_name()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
 def command() -> str:

@@ -1,6 +1,6 @@
 """Speculative decoding of free text: acceptance, drafter cost and tokens/s against plain decoding.
 
-Prompts are real held-out mail (`data/mail/valid.jsonl`), in one of two forms:
+Prompts are real held-out mail (`data/mail/test.jsonl`), in one of two forms:
 
 - `--prompts body`: subject, then body, cut to `--prompt-tokens`; the model continues the body;
 - `--prompts subject`: exactly what the `mail` task's text field continues from (the encoded
@@ -32,19 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import write_results
+from jev.engine.bundle import load_tokenizer
 from jev.engine.decider import Decider
 from jev.engine.drafters import Drafter, drafter_kind, load_drafter
 from jev.engine.generate import generate
 from jev.engine.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
 from jev.model import Model
-from jev.train.tokenizer import load_tokenizer
 
 WARM_UP = 32
 
 
-def mail_prompts(path: Path, tokenizer, count: int, prompt_tokens: int) -> list[list[int]]:
-    """`<bos>` + subject + body of the first `count` held-out mails, cut to `prompt_tokens` ids."""
-    bos = tokenizer.token_to_id("<bos>")
+def mail_prompts(path: Path, tokenizer, bos: int, count: int, prompt_tokens: int) -> list[list[int]]:
+    """The model's `bos` + subject + body of the first `count` held-out mails, cut to `prompt_tokens` ids."""
     prompts = []
     with path.open() as rows:
         for line in rows:
@@ -117,7 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=Path, default=Path("models/default"))
     parser.add_argument("--drafter", type=Path, default=None, help="default: TARGET/drafter")
-    parser.add_argument("--data", type=Path, default=Path("data/mail/valid.jsonl"))
+    parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"))
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64])
@@ -134,7 +133,8 @@ def main() -> None:
         prompts, stop = subject_prompts(decider, args.data, max(args.batches) + WARM_UP)
     else:
         target = Model.from_pretrained(args.target).eval()
-        prompts = mail_prompts(args.data, load_tokenizer(args.target), max(args.batches) + WARM_UP, args.prompt_tokens)
+        tokenizer, count = load_tokenizer(args.target), max(args.batches) + WARM_UP
+        prompts = mail_prompts(args.data, tokenizer, target.config.bos_token_id, count, args.prompt_tokens)
         stop = frozenset()
     drafter_path = args.drafter or args.target / "drafter"
     drafter = load_drafter(drafter_path, target)

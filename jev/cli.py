@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from jev.command import MODEL_HELP, model_folder, run
+from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, model_folder, run
 from jev.convert.cli import add_convert_command, add_export_command, add_pack_command
 from jev.data.cli import add_commands as add_data_commands
 from jev.schema import JevError, load_task
@@ -158,6 +158,7 @@ def _add_decide(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--task", required=True, help="the task's name in the model, e.g. mail")
     parser.add_argument("input", help='the input as JSON, e.g. \'{"body": "..."}\'; - reads standard input')
     parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
+    parser.add_argument("--no-speculative", action="store_true", help=NO_SPECULATIVE_HELP)
     parser.set_defaults(func=_run_decide)
 
 
@@ -169,7 +170,7 @@ def _run_decide(args: argparse.Namespace) -> int:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise JevError(f"the input is not JSON: {exc}") from exc
-    result = Decider.load(model_folder(args.model)).decide(args.task, data)
+    result = Decider.load(model_folder(args.model), speculative=not args.no_speculative).decide(args.task, data)
     print(result.model_dump_json(indent=2))
     return 0
 

@@ -17,6 +17,7 @@ from jev.model.config import ConfigError
 from jev.schema import JevError
 
 DEFAULT_MODEL = Path("models") / "default"
+NO_SPECULATIVE_HELP = "write text fields by plain decoding, without the model's drafter (same text when greedy)"
 MODEL_HELP = f"decider folder (default: {DEFAULT_MODEL} in the working directory, else in Jev's source checkout)"
 _MANIFEST = "jev.json"
 # jev.model's own errors are not JevErrors (that package imports nothing of the schema's).

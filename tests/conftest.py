@@ -2,11 +2,14 @@
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 # Triton kernels run under the interpreter on CPU. The flag must be set before anything imports
 # triton (transformers does, indirectly), or kernels are defined for a GPU that is not there.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# What Jev measures per machine (verify profiles) goes to a folder of this run, not the user's cache.
+os.environ["JEV_CACHE_DIR"] = tempfile.mkdtemp(prefix="jev-test-cache-")
 
 import pytest
 import torch

@@ -8,6 +8,7 @@ from jev import Decider
 from jev.engine.answer import AnswerTokens
 from jev.engine.drafters.autoregressive import AutoregressiveDrafter
 from jev.engine.generate import generate
+from jev.engine.scheduler import FixedLength, LoadAwareScheduler
 from jev.engine.texts import TextSettings
 from jev.schema import UnsupportedSchemaError, compile_decision
 from jev.schema.answer import answer_segments, answer_text, parse_text, text_content
@@ -108,11 +109,12 @@ def test_one_by_one_equals_the_batch_and_speculative_equals_plain(decider: Decid
     drafter_model = random_model(tiny_config(index_topk=6, vocab_size=400, num_hidden_layers=1), seed=3)
     speculative = Decider(
         decider.model, decider.tokenizer, decider.tasks, decider.decision_model, decider.manifest,
-        drafter=AutoregressiveDrafter(drafter_model), text_settings=TextSettings(draft_len=3),
+        drafter=AutoregressiveDrafter(drafter_model), policy=FixedLength(), text_settings=TextSettings(draft_len=3),
     )
     drafted = speculative.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
     assert [r.value for r in drafted] == [r.value for r in batch]
     assert [r.usage.generated_tokens for r in drafted] == [r.usage.generated_tokens for r in batch]
+    assert speculative.drafter.passes > 0, "the drafter drafted"
 
 
 def test_mail_task_writes_a_subject_after_its_closed_fields() -> None:
@@ -143,9 +145,10 @@ def test_a_saved_drafter_loads_with_the_decider_and_changes_nothing_greedy(decid
         tmp_path / "drafter"
     )
     loaded = Decider.load(tmp_path, tasks=[EXAMPLE_TASK])
-    assert isinstance(loaded.drafter, AutoregressiveDrafter) and loaded.policy is None
+    assert isinstance(loaded.drafter, AutoregressiveDrafter) and loaded.profiling is not None
     plain = Decider.load(tmp_path, tasks=[EXAMPLE_TASK], speculative=False)
-    assert plain.drafter is None
+    assert plain.drafter is None and plain.profiling is None
+    assert loaded.profiling.wait() is not None, "the verify profile is measured in the background at load"
     drafted = loaded.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
-    assert loaded.policy is not None, "the load-aware scheduler is profiled on first use"
+    assert isinstance(loaded.policy, LoadAwareScheduler)
     assert [r.value for r in drafted] == [r.value for r in plain.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)]

@@ -225,6 +225,49 @@ def test_calibration_on_held_out_outcomes(target: Model) -> None:
     assert 0 <= report["ece_calibrated"] <= 1 and 0 <= report["ece_raw"] <= 1
 
 
+def test_outcomes_from_the_followed_cache_equal_verifying_each_anchor_from_scratch(target: Model) -> None:
+    """The reference re-reads the whole text before every anchor, as a plain target pass would."""
+    spark = drafter(target)
+    blocks = torch.randint(0, V, (4, 20), generator=torch.Generator().manual_seed(3))
+    raw, accepted = acceptance_outcomes(spark, blocks, 3, torch.Generator().manual_seed(5))
+    generator, settings, k = torch.Generator().manual_seed(5), SamplingSettings.build(4), spark.max_draft_len
+    with torch.no_grad():
+        hidden = target.hidden_states(blocks)
+        for a, i in enumerate(range(1, blocks.shape[1], 3)):
+            uniforms = torch.rand(4, 2 * k, generator=generator, dtype=torch.float64)
+            draft = spark.draft(hidden[:, i - 1], blocks[:, i], settings, uniforms[:, :k])
+            p = warp(target(torch.cat((blocks[:, : i + 1], draft.tokens), dim=1))[:, i : i + k], settings)
+            ratio = torch.minimum(p.gather(-1, draft.tokens.unsqueeze(-1)) / draft.probs.gather(
+                -1, draft.tokens.unsqueeze(-1)), torch.ones(())).squeeze(-1)
+            assert torch.equal(raw[a], draft.survival)
+            assert torch.equal(accepted[a], (uniforms[:, k:] < ratio).to(torch.int64).cumprod(dim=1)), a
+
+
+def test_a_packed_drafter_drafts_within_q8_rounding(tmp_path: Path) -> None:
+    from jev.convert.export import pack_folder
+
+    target = random_model(tiny_config(vocab_size=V, hidden_size=64), seed=2)
+    target.save_pretrained(tmp_path)
+    head = random_head(target, markov_rank=32).float()
+    DSparkDrafter(head, target).save(tmp_path / "drafter")
+    size = (tmp_path / "drafter" / "dspark.safetensors").stat().st_size
+    packed = pack_folder(tmp_path)
+    assert "drafter/fuse.weight" in packed and "drafter/markov_in.weight" in packed
+    assert (tmp_path / "drafter" / "dspark.safetensors").stat().st_size < 0.6 * size
+    loaded = load_drafter(tmp_path / "drafter", target)
+    for name, weight in head.state_dict().items():
+        got = loaded.head.state_dict()[name]
+        scale = weight.abs().amax() if weight.dim() == 2 else 0.0
+        assert (got - weight).abs().max() <= scale / 127, name
+    hidden, pending = hidden_and_pending(target)
+    settings = SamplingSettings.build(6, temperature=0.9)
+    uniforms = torch.rand(6, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    want, got = DSparkDrafter(head, target).draft(hidden, pending, settings, uniforms), loaded.draft(
+        hidden, pending, settings, uniforms
+    )
+    assert (got.probs - want.probs).abs().max() < 0.05
+
+
 def test_folder_round_trip_through_the_loader(target: Model, tmp_path: Path) -> None:
     spark = drafter(target)
     raw = torch.linspace(0.0, 1.0, 20, dtype=torch.float64)
@@ -349,6 +392,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = random_model(tiny_config(vocab_size=tokenizer.get_vocab_size()), seed=0)
     target.save_pretrained(tmp_path / "target")
     save_tokenizer(tokenizer, tmp_path / "target")
+    config = {**json.loads((tmp_path / "target" / "tokenizer_config.json").read_text()), "chat_template": "{{ x }}"}
+    (tmp_path / "target" / "tokenizer_config.json").write_text(json.dumps(config))
     (tmp_path / "corpus.txt").write_text("\n".join(TEXT * 60))
     args = train_args(tmp_path, "spark")
     assert args.func(args) == 0
@@ -362,6 +407,8 @@ def test_drafter_command_distils_calibrates_and_drafts(trained: Path) -> None:
     calibration = provenance["calibration"]
     assert calibration["anchors"] > 0 and 1 <= calibration["held_out_tau_t1"] <= 5
     assert (trained / "spark" / "tokenizer.json").is_file()
+    config = json.loads((trained / "spark" / "tokenizer_config.json").read_text())
+    assert config == json.loads((trained / "target" / "tokenizer_config.json").read_text()), "the target's, kept"
     saved = json.loads((trained / "spark" / "dspark.json").read_text())
     assert saved["config"]["positions"] == 4 and saved["survival_calibration"]["method"] == "isotonic"
 

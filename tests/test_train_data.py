@@ -43,6 +43,8 @@ def test_documents_are_joined_by_eos():
     assert stream.count(1) == 2 and stream[-1] == 1
     assert stream.count(0) == 2 and stream[0] == 0, "every document starts with <bos>, as decision inputs do"
     assert stream[stream.index(1) + 1] == 0
+    text = tokenizer.encode("ab").ids
+    assert token_stream(tokenizer, ["ab"], bos=7, eos=9).tolist() == [7, *text, 9], "a converted model's own ids"
 
 
 def test_held_out_blocks_come_after_training_blocks(blocks):

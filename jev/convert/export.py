@@ -15,6 +15,8 @@ instead of 4), in place. Loading dequantises them; what it costs in accuracy is 
 import shutil
 from pathlib import Path
 
+from jev.engine.decider import DRAFTER_DIR
+from jev.engine.drafters.dspark import WEIGHTS_FILE as DSPARK_WEIGHTS_FILE
 from jev.model import Model
 from jev.model.base import BASE_FILE
 from jev.model.checkpoint import INDEX_FILE, WEIGHTS_FILE, pack_weights
@@ -37,9 +39,14 @@ def export_folder(folder: Path, out: Path) -> Path:
 
 
 def pack_folder(folder: Path) -> list[str]:
-    """Pack `folder/model.safetensors` in place; returns the names of the tensors now stored as Q8_0."""
+    """Pack `folder/model.safetensors`, and a DSpark drafter's weights in `folder/drafter/`, in place;
+    returns the names of the tensors now stored as Q8_0 (the drafter's prefixed `drafter/`)."""
     file = folder / WEIGHTS_FILE
     if not file.is_file():
         raise JevError(f"{folder} has no {WEIGHTS_FILE} to pack (a sharded folder is not packed)")
     Model.from_pretrained(folder)  # refuse a folder that does not load before rewriting it
-    return pack_weights(file)
+    packed = pack_weights(file)
+    drafter = folder / DRAFTER_DIR / DSPARK_WEIGHTS_FILE
+    if drafter.is_file():
+        packed += [f"{DRAFTER_DIR}/{name}" for name in pack_weights(drafter)]
+    return packed

@@ -146,6 +146,13 @@ def load_tokenizer_config(folder: Path) -> dict:
         raise CheckpointError(f"{file} is not JSON: {exc}") from exc
 
 
+def save_tokenizer_files(folder: Path, tokenizer: Tokenizer, tokenizer_config: dict) -> None:
+    """Write `tokenizer.json` and `tokenizer_config.json` (specials and chat template) into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / TOKENIZER_FILE))
+    (folder / TRANSFORMERS_CONFIG_FILE).write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+
+
 def save_bundle(
     folder: Path,
     model: Model,
@@ -157,7 +164,6 @@ def save_bundle(
     """Write every file of a decider folder."""
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
-    tokenizer.save(str(folder / TOKENIZER_FILE))
-    (folder / TRANSFORMERS_CONFIG_FILE).write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    save_tokenizer_files(folder, tokenizer, tokenizer_config)
     save_heads(folder, heads)
     (folder / MANIFEST_FILE).write_text(manifest.to_json())

@@ -11,6 +11,7 @@ has a drafter; `usage.generation_passes` counts those steps apart.
 """
 
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +38,8 @@ from jev.engine.bundle import (
 from jev.engine.calibration import TaskCalibration
 from jev.engine.decision import DecisionModel
 from jev.engine.drafters import Drafter, load_drafter
-from jev.engine.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
+from jev.engine.profiles import ProfileMeasurement, load_profile
+from jev.engine.scheduler import LoadAwareScheduler, VerifyPolicy
 from jev.engine.texts import TextSettings, WrittenTexts, cache_room, write_texts
 from jev.model import LatentCache, Model
 from jev.model.heads import TaskHeads
@@ -60,6 +62,7 @@ from jev.schema import (
 )
 
 DRAFTER_DIR = "drafter"
+UNSAVED = "unsaved"  # the model id of a decider built in memory: nothing measured for it is stored
 NOTHING_TO_READ = (
     "the input has no text to read: every field is empty or whitespace (or holds only characters the "
     "tokenizer drops); send the text the task decides on"
@@ -89,14 +92,15 @@ class Decider:
         decision_model: DecisionModel,
         manifest: Manifest,
         max_batch: int = 32,
-        model_id: str = "unsaved",
+        model_id: str = UNSAVED,
         drafter: Drafter | None = None,
         policy: VerifyPolicy | None = None,
         text_settings: TextSettings | None = None,
         tokenizer_config: dict | None = None,
     ) -> None:
-        """`policy` picks draft and verify lengths for text fields; with a drafter and no policy, the
-        load-aware scheduler is used, profiled on this machine the first time a text is drafted."""
+        """`policy` picks draft and verify lengths for text fields. With a drafter and no policy, the
+        load-aware scheduler is used on this machine's verify profile (`jev.engine.profiles`): the
+        stored one, or one measured in the background, text fields decoding plainly until it is done."""
         self.model = model.eval()
         self.drafter = drafter
         self.policy = policy
@@ -117,6 +121,34 @@ class Decider:
             name: TaskCalibration.from_dict(raw) for name, raw in manifest.calibration.get("tasks", {}).items()
         }
         self.model_id = model_id
+        self._compute = threading.Lock()
+        self.profiling: ProfileMeasurement | None = None
+
+    def start_profiling(self) -> None:
+        """Give a drafter its load-aware scheduler: from the profile stored for this model and
+        machine, else from one now measured in the background. Nothing to do without a drafter or
+        with a policy already set."""
+        if self.drafter is None or self.policy is not None or self.profiling is not None:
+            return
+        context, width = self._profile_shape()
+        stored_id = None if self.model_id == UNSAVED else self.model_id
+        profile = load_profile(stored_id, self.model, context, width) if stored_id else None
+        if profile is not None:
+            self.policy = LoadAwareScheduler(profile)
+        else:
+            self.profiling = ProfileMeasurement(self.model, stored_id, self._compute, context, width)
+
+    def _profile_shape(self) -> tuple[int, int]:
+        """The cached context and verify row width the profile is measured at."""
+        context = max(entry.max_input_tokens for entry in self.manifest.tasks.values())
+        return context, self.text_settings.draft_len + 1
+
+    def _text_policy(self) -> tuple[Drafter | None, VerifyPolicy | None]:
+        """The drafter and policy this batch's text fields use: no drafter while a profile is measured."""
+        self.start_profiling()
+        if self.policy is None and self.profiling is not None and self.profiling.profile is not None:
+            self.policy = LoadAwareScheduler(self.profiling.profile)
+        return (self.drafter, self.policy) if self.policy is not None else (None, None)
 
     def check_policies(self) -> None:
         """Refuse, at load rather than per request, a calibration that cannot serve a declared policy.
@@ -155,7 +187,7 @@ class Decider:
         on is refused with a SchemaMismatchError that names the changed fields; so is a task whose declared
         conformal coverage its calibration was not fitted at, unless `check_policies=False` (as
         `jev calibrate` loads it, to fit that calibration). The folder's `drafter/`, if any, drafts
-        text fields unless `speculative=False`.
+        text fields unless `speculative=False`; its verify profile is loaded, or starts measuring.
         """
         folder = Path(path)
         manifest = Manifest.read(folder)
@@ -178,6 +210,7 @@ class Decider:
         )
         if check_policies:
             decider.check_policies()
+        decider.start_profiling()
         return decider
 
     @classmethod
@@ -294,6 +327,10 @@ class Decider:
 
     def decide_encoded(self, task: Task, batch: Sequence[Encoded]) -> list[Decided]:
         """Decide already-encoded inputs of one task in one forward pass (the batcher's entry point)."""
+        with self._compute:
+            return self._decide_encoded(task, batch)
+
+    def _decide_encoded(self, task: Task, batch: Sequence[Encoded]) -> list[Decided]:
         start = time.perf_counter()
         token_ids = [e.token_ids for e in batch]
         cache = self._decision_cache(task, token_ids) if task.spec.text_fields else None
@@ -344,14 +381,11 @@ class Decider:
     def _write_texts(
         self, task: Task, token_ids: list[list[int]], closed: list[dict[str, Any]], cache: LatentCache
     ) -> WrittenTexts:
-        if self.drafter is not None and self.policy is None:
-            context = max(entry.max_input_tokens for entry in self.manifest.tasks.values())
-            profile = VerifyProfile.measure(self.model, context=context, width=self.text_settings.draft_len + 1)
-            self.policy = LoadAwareScheduler(profile)
+        drafter, policy = self._text_policy()
         with torch.inference_mode():
             return write_texts(
                 self.model, self.tokenizer, self.answer_tokens(task), token_ids, closed, cache,
-                self.text_settings, self.drafter, self.policy,
+                self.text_settings, drafter, policy,
             )
 
     def model_info(self, task: Task) -> dict[str, Any]:

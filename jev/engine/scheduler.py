@@ -13,6 +13,7 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -80,25 +81,30 @@ class VerifyProfile:
         context: int = 32,
         width: int = 5,
         repeats: int = 3,
+        lock: AbstractContextManager | None = None,
     ) -> "VerifyProfile":
         """Time one cached target pass of `total` new tokens, laid out as rows of up to `width` tokens.
 
-        Each row first holds `context` cached tokens (token ids are irrelevant to the cost). The
-        median of `repeats` timings is kept; the cache is rolled back between them.
+        Each row first holds `context` cached positions. Neither token ids nor cached values change
+        a pass's cost, so the cache is not prefilled: its zero positions are committed as they are.
+        The median of `repeats` timings is kept; the cache is rolled back between them. Each timed
+        pass runs under `lock` (the decider's compute lock), never beside another pass.
         """
+        lock = lock or nullcontext()
         rates = []
         for total in totals:
             rows = math.ceil(total / width)
             cache = model.new_cache(rows, context + width)
-            model(torch.zeros(rows, context, dtype=torch.int64, device=model.device), cache=cache)
+            cache.advance(torch.full((rows,), context, dtype=torch.int64, device=cache.lengths.device))
             lengths = torch.full((rows,), total // rows, dtype=torch.int64)
             lengths[: total % rows] += 1
             new = torch.zeros(rows, int(lengths.max()), dtype=torch.int64, device=model.device)
             timings = []
             for _ in range(repeats):
-                started = time.perf_counter()
-                model(new, cache=cache, lengths=lengths)
-                timings.append(time.perf_counter() - started)
+                with lock:
+                    started = time.perf_counter()
+                    model(new, cache=cache, lengths=lengths)
+                    timings.append(time.perf_counter() - started)
                 cache.truncate(torch.full((rows,), context))
             rates.append(1.0 / statistics.median(timings))
         return cls(tokens=tuple(totals), steps_per_second=tuple(rates))

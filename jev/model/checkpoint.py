@@ -52,7 +52,7 @@ def read_weights(path: Path, config: ModelConfig) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for shard in shards:
         try:
-            shard_tensors = _read_shard(path / shard)
+            shard_tensors = read_safetensors(path / shard)
         except Exception as exc:  # safetensors raises its own error types for truncated or foreign files
             raise CheckpointError(f"cannot read {path / shard}: {exc}") from exc
         for name, tensor in shard_tensors.items():
@@ -90,7 +90,8 @@ def write_weights(path: Path, state: dict[str, torch.Tensor], tied: bool) -> Non
     save_file(tensors, path / WEIGHTS_FILE, metadata={"format": "pt"})
 
 
-def _read_shard(file: Path) -> dict[str, torch.Tensor]:
+def read_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors file, Q8_0-packed matrices (`pack_weights`) dequantised to float32."""
     tensors, metadata = _raw_tensors(file)
     packed = json.loads(metadata.get(Q8_0_METADATA, "[]"))
     if packed:

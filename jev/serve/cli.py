@@ -10,7 +10,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from jev.command import MODEL_HELP, model_folder, run
+from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, model_folder, run
 from jev.schema import JevError
 from jev.serve.settings import ServeSettings, env_name
 
@@ -25,6 +25,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--no-speculative", action="store_true", help=NO_SPECULATIVE_HELP)
     for f in fields(ServeSettings):
         if f.name == "api_keys":
             parser.add_argument("--api-key", dest="api_keys", action="append",
@@ -51,9 +52,10 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from jev.serve.app import create_app
+    from jev.serve.engine import Engine
 
     settings = settings_from_args(args)
-    app = create_app(model_folder(args.model), settings)
+    app = create_app(Engine.load(model_folder(args.model), speculative=not args.no_speculative), settings)
     uvicorn.run(
         app, host=args.host, port=args.port, log_level=args.log_level,
         timeout_graceful_shutdown=int(settings.drain_timeout_s) or None,

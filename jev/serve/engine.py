@@ -29,9 +29,10 @@ class Engine:
         }
 
     @classmethod
-    def load(cls, folder: str | Path) -> "Engine":
+    def load(cls, folder: str | Path, speculative: bool = True) -> "Engine":
+        """Load a decider folder; `speculative=False` writes text fields without its drafter."""
         path = Path(folder)
-        return cls(Decider.load(path), path.resolve().name)
+        return cls(Decider.load(path, speculative=speculative), path.resolve().name)
 
     @property
     def tasks(self) -> dict[str, Task]:

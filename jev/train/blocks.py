@@ -25,13 +25,20 @@ class TokenBlocks:
 
     @classmethod
     def build(
-        cls, tokenizer: Tokenizer, documents: list[str], block_size: int, held_out_fraction: float
+        cls,
+        tokenizer: Tokenizer,
+        documents: list[str],
+        block_size: int,
+        held_out_fraction: float,
+        bos: int = BOS_ID,
+        eos: int = EOS_ID,
     ) -> "TokenBlocks":
         """Encode each document, join them with `<eos>`, cut blocks, and hold out the last blocks.
 
         The held-out blocks come from the end of the stream, so they are text the model never trains on.
+        `bos`/`eos` are the model's own (a converted model's differ from a Jev-trained one's).
         """
-        stream = token_stream(tokenizer, documents)
+        stream = token_stream(tokenizer, documents, bos, eos)
         n_blocks = len(stream) // (block_size + 1)
         blocks = stream[: n_blocks * (block_size + 1)].view(n_blocks, block_size + 1)
         n_held_out = round(n_blocks * held_out_fraction) if held_out_fraction > 0 else 0
@@ -72,14 +79,14 @@ class TokenBlocks:
         return self._order_cache[1]
 
 
-def token_stream(tokenizer: Tokenizer, documents: list[str]) -> torch.Tensor:
+def token_stream(tokenizer: Tokenizer, documents: list[str], bos: int = BOS_ID, eos: int = EOS_ID) -> torch.Tensor:
     """All documents' tokens `[N]` (int32, to halve memory), each as `<bos> document <eos>`.
 
     Every decision input starts with `<bos>`, so pretraining shows the model that token too.
     """
     ids: list[int] = []
     for encoding in tokenizer.encode_batch(documents):
-        ids.append(BOS_ID)
+        ids.append(bos)
         ids.extend(encoding.ids)
-        ids.append(EOS_ID)
+        ids.append(eos)
     return torch.tensor(ids, dtype=torch.int32)

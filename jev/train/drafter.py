@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from jev.engine.bundle import load_tokenizer, load_tokenizer_config, save_tokenizer_files
 from jev.engine.drafters.dspark import DSparkConfig
 from jev.model import Model, ModelConfig
 from jev.train.answer_corpus import AnswerDocuments
@@ -30,7 +31,6 @@ from jev.train.dspark import DSparkSettings, distill_dspark
 from jev.train.lm import init_weights
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.provenance import git_commit
-from jev.train.tokenizer import load_tokenizer, save_tokenizer
 
 PROVENANCE_FILE = "drafter.json"
 
@@ -98,13 +98,16 @@ def distill(settings: DrafterSettings) -> Path:
     """Train the drafter and write its folder; returns `settings.out`."""
     started = time.perf_counter()
     target = Model.from_pretrained(settings.target).eval()
-    tokenizer = load_tokenizer(settings.target)
+    tokenizer = load_tokenizer(Path(settings.target))
     if settings.config.vocab_size != target.config.vocab_size:
         raise ValueError(
             f"the drafter's vocab_size ({settings.config.vocab_size}) must equal the target's "
             f"({target.config.vocab_size})"
         )
-    data = TokenBlocks.build(tokenizer, read_documents(settings.texts), settings.block_size, settings.held_out_fraction)
+    data = TokenBlocks.build(
+        tokenizer, read_documents(settings.texts), settings.block_size, settings.held_out_fraction,
+        target.config.bos_token_id, target.config.eos_token_id,
+    )
     torch.manual_seed(settings.seed)
     drafter = Model(settings.config)
     init_weights(drafter)
@@ -124,7 +127,7 @@ def distill(settings: DrafterSettings) -> Path:
     drafter.eval()
     out = Path(settings.out)
     drafter.save_pretrained(out)
-    save_tokenizer(tokenizer, out)
+    save_tokenizer_files(out, tokenizer, load_tokenizer_config(Path(settings.target)))
     provenance = _provenance(settings, losses, held_out_acceptance(drafter, target, data.held_out[:16]), started)
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
     return out

@@ -24,17 +24,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm import tqdm
 
 from jev.calibration.calibrators import IsotonicCalibration
 from jev.calibration.metrics import equal_width_bins
 from jev.engine.accept import SamplingSettings, accept_ratio, warp
+from jev.engine.bundle import load_tokenizer, load_tokenizer_config, save_tokenizer_files
 from jev.engine.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
 from jev.model import Model
 from jev.train.blocks import TokenBlocks
 from jev.train.corpus import TextSource, describe_source, read_documents
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.provenance import git_commit
-from jev.train.tokenizer import load_tokenizer, save_tokenizer
 
 
 @dataclass
@@ -108,16 +109,22 @@ def acceptance_outcomes(
     drafter: DSparkDrafter, blocks: torch.Tensor, stride: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draft K tokens at every `stride`-th anchor of held-out `blocks [N, T]` at T = 1, verify with
-    the target and run the accept rule: raw survival `[A, N, K]` and accepted-prefix outcomes `[A, N, K]`."""
+    the target and run the accept rule: raw survival `[A, N, K]` and accepted-prefix outcomes `[A, N, K]`.
+
+    One latent cache follows the text from anchor to anchor, so each verify pass reads only the
+    pending token and the K drafts."""
     target, k = drafter.target, drafter.max_draft_len
     blocks = blocks.long()
     hidden = target.hidden_states(blocks)
     settings = SamplingSettings.build(len(blocks))
+    cache = target.new_cache(len(blocks), blocks.shape[1] + k)
     raw, accepted = [], []
     for i in range(1, blocks.shape[1], stride):
+        target(blocks[:, int(cache.lengths[0]) : i], cache=cache)  # the cache holds the text before i
         uniforms = torch.rand(len(blocks), 2 * k, generator=generator, dtype=torch.float64)
         draft = drafter.draft(hidden[:, i - 1], blocks[:, i], settings, uniforms[:, :k])
-        p = warp(target(torch.cat((blocks[:, : i + 1], draft.tokens), dim=1))[:, i : i + k], settings)
+        p = warp(target(torch.cat((blocks[:, i : i + 1], draft.tokens), dim=1), cache=cache)[:, :k], settings)
+        cache.truncate(torch.full((len(blocks),), i))
         drafted = draft.tokens.unsqueeze(-1)
         ratio = accept_ratio(p.gather(-1, drafted), draft.probs.gather(-1, drafted)).squeeze(-1)
         raw.append(draft.survival)
@@ -160,8 +167,11 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     """Train, calibrate and write the drafter folder; returns `settings.out`."""
     started = time.perf_counter()
     target = Model.from_pretrained(settings.target).eval().requires_grad_(False)
-    tokenizer = load_tokenizer(settings.target)
-    data = TokenBlocks.build(tokenizer, read_documents(settings.texts), settings.block_size, settings.held_out_fraction)
+    tokenizer = load_tokenizer(Path(settings.target))
+    data = TokenBlocks.build(
+        tokenizer, read_documents(settings.texts), settings.block_size, settings.held_out_fraction,
+        target.config.bos_token_id, target.config.eos_token_id,
+    )
     if len(data.held_out) == 0:
         raise ValueError("the corpus gives no held-out block to calibrate the confidence head on: add text")
     torch.manual_seed(settings.seed)
@@ -172,7 +182,7 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     generator = torch.Generator().manual_seed(settings.seed)
     losses: list[float] = []
     acceptance: list[torch.Tensor] = []
-    for step in range(settings.steps):
+    for step in tqdm(range(settings.steps), desc="train drafter", unit="step"):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings.lr, settings.warmup, settings.steps)
         blocks = data.batch(step, settings.batch_size, settings.seed)
@@ -188,7 +198,7 @@ def distill_dspark(settings: DSparkSettings) -> Path:
         drafter, data.held_out[: settings.calibration_blocks, :-1], settings.calibration_stride, settings.seed
     )
     drafter.save(settings.out, _provenance(settings, losses, acceptance, report, started))
-    save_tokenizer(tokenizer, settings.out)
+    save_tokenizer_files(Path(settings.out), tokenizer, load_tokenizer_config(Path(settings.target)))
     return Path(settings.out)
 
 

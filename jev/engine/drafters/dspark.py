@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from jev.calibration.calibrators import IsotonicCalibration
 from jev.engine.accept import SamplingSettings, sample_from, warp
 from jev.engine.drafters import DRAFTER_FILE, Draft
 from jev.model import Model, ModelConfig
+from jev.model.checkpoint import read_safetensors
 from jev.model.mlp import MLP
 from jev.model.norm import RMSNorm
 
@@ -164,11 +165,12 @@ class DSparkDrafter:
 
     @classmethod
     def load(cls, path: str | Path, target: Model) -> "DSparkDrafter":
-        """A folder written by `save`; the weights take the target's dtype and device."""
+        """A folder written by `save` (its matrices may be packed as Q8_0 by `jev pack`); the weights take
+        the target's dtype and device."""
         path = Path(path)
         saved = json.loads((path / CONFIG_FILE).read_text())
         head = DSparkHead(DSparkConfig(**saved["config"]))
-        head.load_state_dict(load_file(path / WEIGHTS_FILE))
+        head.load_state_dict(read_safetensors(path / WEIGHTS_FILE))
         calibration = saved.get("survival_calibration")
         return cls(
             head.to(target.device, target.dtype),

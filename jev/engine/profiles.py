@@ -1,0 +1,118 @@
+"""The load-aware scheduler's verify-pass profile: measured once per model and machine, off the request path.
+
+A profile is a property of the hardware as much as of the model, so it is stored per model id and
+machine key (CPU model, thread count, device, dtype, torch version) in Jev's cache folder
+(`$JEV_CACHE_DIR`, else `$XDG_CACHE_HOME/jev`, else `~/.cache/jev`), not in the model folder: a
+model folder is shared (git, a read-only install) and its machines differ.
+
+Where none is stored, `ProfileMeasurement` measures it on a background thread while the decider
+serves text fields by plain decoding. Each timed pass takes the decider's compute lock, so the
+profile never times a pass that shares the CPU with a decision, a decision waits for at most one
+pass of it, and no decision's `usage.compute_ms` counts it.
+"""
+
+import hashlib
+import json
+import os
+import platform
+import threading
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import torch
+
+from jev.engine.scheduler import VerifyProfile
+from jev.model import Model
+
+PROFILE_VERSION = 1
+
+
+def cache_dir() -> Path:
+    """Where Jev keeps what it measured on this machine."""
+    if os.environ.get("JEV_CACHE_DIR"):
+        return Path(os.environ["JEV_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "jev"
+
+
+def machine_key(model: Model) -> str:
+    """A short id of what a pass's speed depends on besides the weights: the processor, the threads
+    torch uses, the device, the dtype and the torch build."""
+    parts = [
+        processor_name(), str(os.cpu_count()), str(torch.get_num_threads()), str(model.device),
+        str(model.dtype), torch.__version__, str(PROFILE_VERSION),
+    ]
+    if model.device.type == "cuda":
+        parts.append(torch.cuda.get_device_name(model.device))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def processor_name() -> str:
+    """The CPU's model name (`/proc/cpuinfo` on Linux; `platform.processor()` elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def profile_file(model_id: str, model: Model, context: int, width: int) -> Path:
+    """Where the profile of `model_id` on this machine, measured at this context and row width, is kept."""
+    return cache_dir() / "profiles" / f"{model_id}-{machine_key(model)}-c{context}-w{width}.json"
+
+
+def load_profile(model_id: str, model: Model, context: int, width: int) -> VerifyProfile | None:
+    """The profile stored for this model on this machine, or None (none yet, or unreadable)."""
+    try:
+        saved = json.loads(profile_file(model_id, model, context, width).read_text())
+        return VerifyProfile(tuple(saved["tokens"]), tuple(saved["steps_per_second"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_profile(model_id: str, model: Model, context: int, width: int, profile: VerifyProfile) -> None:
+    """Store `profile`, atomically (a reader sees the old file or the new one); a read-only cache
+    folder is not an error, the profile is then measured again next time."""
+    file = profile_file(model_id, model, context, width)
+    saved = {"tokens": list(profile.tokens), "steps_per_second": list(profile.steps_per_second)}
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        partial = file.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(saved) + "\n")
+        partial.replace(file)
+    except OSError:
+        pass
+
+
+class ProfileMeasurement:
+    """Measures a model's verify profile on a daemon thread, each timed pass under `lock`, and stores
+    it under `model_id` (None: a model never saved, whose profile is kept only in memory)."""
+
+    def __init__(
+        self, model: Model, model_id: str | None, lock: AbstractContextManager, context: int, width: int
+    ) -> None:
+        self.profile: VerifyProfile | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._measure, args=(model, model_id, lock, context, width), name="jev-profile", daemon=True
+        )
+        self._thread.start()
+
+    def _measure(
+        self, model: Model, model_id: str | None, lock: AbstractContextManager, context: int, width: int
+    ) -> None:
+        try:
+            profile = VerifyProfile.measure(model, context=context, width=width, lock=lock)
+        except Exception as error:  # a failed profile leaves text fields on plain decoding, never a request
+            self.error = error
+            return
+        if model_id is not None:
+            save_profile(model_id, model, context, width, profile)
+        self.profile = profile
+
+    def wait(self, timeout: float | None = None) -> VerifyProfile | None:
+        """Block until the measurement ends (or `timeout` seconds); the profile, or None if not yet done."""
+        self._thread.join(timeout)
+        return self.profile

@@ -1,0 +1,130 @@
+"""The verify profile: measured once per model and machine, in the background, never inside a decision."""
+
+import threading
+
+import pytest
+
+from jev import Decider
+from jev.engine import profiles
+from jev.engine.drafters.autoregressive import AutoregressiveDrafter
+from jev.engine.scheduler import LoadAwareScheduler, VerifyProfile
+from schemas.examples import TASK as EXAMPLE_TASK
+from tests.conftest import random_model, tiny_config, tiny_tokenizer
+
+TICKET = {"subject": "refund", "body": "Win a free cruise now! refund please"}
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """A saved decider with a drafter, and a cache folder of its own."""
+    monkeypatch.setenv("JEV_CACHE_DIR", str(tmp_path / "cache"))
+    model = random_model(tiny_config(index_topk=6, vocab_size=400, max_position_embeddings=256))
+    decider = Decider.new(model, tiny_tokenizer(), {"schemas.examples:TASK": EXAMPLE_TASK}, max_input_tokens=48)
+    decider.save(tmp_path / "model")
+    drafter = random_model(tiny_config(index_topk=6, vocab_size=400, num_hidden_layers=1), seed=4)
+    drafter.save_pretrained(tmp_path / "model" / "drafter")
+    return tmp_path / "model"
+
+
+class GatedMeasure:
+    """Stands in for `VerifyProfile.measure`: counts calls and finishes only when `release` is set."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.release = threading.Event()
+
+    def __call__(self, model, **kwargs) -> VerifyProfile:
+        self.calls += 1
+        assert self.release.wait(30), "the test never released the profile"
+        return VerifyProfile(tokens=(1, 8), steps_per_second=(100.0, 90.0))
+
+
+def test_a_decision_does_not_wait_for_the_profile_and_the_profile_is_stored(folder, monkeypatch) -> None:
+    measure = GatedMeasure()
+    monkeypatch.setattr(VerifyProfile, "measure", measure)
+    decider = Decider.load(folder, tasks=[EXAMPLE_TASK])
+    first = decider.decide(EXAMPLE_TASK.decision_model, TICKET)  # the profile is still being measured
+    assert decider.policy is None and decider.drafter.passes == 0, "text was decoded plainly meanwhile"
+    measure.release.set()
+    assert decider.profiling.wait(30) is not None
+    again = decider.decide(EXAMPLE_TASK.decision_model, TICKET)
+    assert isinstance(decider.policy, LoadAwareScheduler) and decider.drafter.passes > 0
+    assert again.value == first.value, "greedy text is the same, drafted or not"
+
+    reloaded = Decider.load(folder, tasks=[EXAMPLE_TASK])
+    assert measure.calls == 1 and reloaded.profiling is None, "the stored profile is read, not measured again"
+    assert reloaded.policy.profile == decider.policy.profile
+
+
+def test_another_machine_measures_its_own_profile(folder, monkeypatch) -> None:
+    measure = GatedMeasure()
+    measure.release.set()
+    monkeypatch.setattr(VerifyProfile, "measure", measure)
+    Decider.load(folder, tasks=[EXAMPLE_TASK]).profiling.wait(30)
+    monkeypatch.setattr(profiles, "processor_name", lambda: "another CPU")
+    other = Decider.load(folder, tasks=[EXAMPLE_TASK])
+    assert other.profiling is not None and other.profiling.wait(30) is not None
+    assert measure.calls == 2
+
+
+def test_an_unreadable_stored_profile_is_measured_again(folder, monkeypatch) -> None:
+    measure = GatedMeasure()
+    measure.release.set()
+    monkeypatch.setattr(VerifyProfile, "measure", measure)
+    decider = Decider.load(folder, tasks=[EXAMPLE_TASK])
+    decider.profiling.wait(30)
+    context, width = decider._profile_shape()
+    profiles.profile_file(decider.model_id, decider.model, context, width).write_text("{not json")
+    assert Decider.load(folder, tasks=[EXAMPLE_TASK]).profiling is not None
+
+
+def test_a_failed_profile_leaves_text_fields_on_plain_decoding(folder, monkeypatch) -> None:
+    def broken(model, **kwargs):
+        raise RuntimeError("no timer")
+
+    monkeypatch.setattr(VerifyProfile, "measure", broken)
+    decider = Decider.load(folder, tasks=[EXAMPLE_TASK])
+    assert decider.profiling.wait(30) is None and isinstance(decider.profiling.error, RuntimeError)
+    decider.decide(EXAMPLE_TASK.decision_model, TICKET)
+    assert decider.policy is None and decider.drafter.passes == 0
+
+
+class RecordingLock:
+    """A lock that remembers whether it is held."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.entered = 0
+
+    def __enter__(self) -> None:
+        self.held = True
+        self.entered += 1
+
+    def __exit__(self, *exc) -> None:
+        self.held = False
+
+
+def test_every_timed_pass_holds_the_compute_lock() -> None:
+    model = random_model(tiny_config(index_topk=6, vocab_size=400))
+    lock = RecordingLock()
+    forward = model.forward
+
+    def checked(*args, **kwargs):
+        assert lock.held, "a profile pass ran outside the lock"
+        return forward(*args, **kwargs)
+
+    model.forward = checked
+    profile = VerifyProfile.measure(model, totals=(1, 4, 9), context=8, width=3, repeats=2, lock=lock)
+    assert lock.entered == 3 * 2 and profile.tokens == (1, 4, 9)
+    assert all(rate > 0 for rate in profile.steps_per_second)
+
+
+def test_an_unsaved_decider_measures_without_storing(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("JEV_CACHE_DIR", str(tmp_path))
+    model = random_model(tiny_config(index_topk=6, vocab_size=400, max_position_embeddings=256))
+    drafter = AutoregressiveDrafter(random_model(tiny_config(index_topk=6, vocab_size=400, num_hidden_layers=1)))
+    base = Decider.new(model, tiny_tokenizer(), {"schemas.examples:TASK": EXAMPLE_TASK}, max_input_tokens=48)
+    decider = Decider(base.model, base.tokenizer, base.tasks, base.decision_model, base.manifest, drafter=drafter)
+    decider.decide(EXAMPLE_TASK.decision_model, TICKET)
+    assert decider.profiling.wait(60) is not None
+    assert not (tmp_path / "profiles").exists()
