@@ -128,3 +128,22 @@ def test_an_unsaved_decider_measures_without_storing(tmp_path, monkeypatch) -> N
     decider.decide(EXAMPLE_TASK.decision_model, TICKET)
     assert decider.profiling.wait(60) is not None
     assert not (tmp_path / "profiles").exists()
+
+
+def test_the_service_is_ready_and_answers_while_the_profile_is_measured(folder, monkeypatch) -> None:
+    from litestar.testing import TestClient
+
+    from jev.serve.app import create_app
+    from jev.serve.engine import Engine
+    from tests.test_serve_support import wait_ready
+
+    measure = GatedMeasure()
+    monkeypatch.setattr(VerifyProfile, "measure", measure)
+    engine = Engine.load(folder)
+    with TestClient(create_app(engine)) as client:
+        wait_ready(client.get)
+        response = client.post("/v1/decide/ticket", json={"input": TICKET})
+        assert response.status_code == 200, response.text
+        assert engine.decider.profiling.profile is None, "answered before the profile was done"
+    measure.release.set()
+    assert Engine.load(folder, speculative=False).decider.profiling is None
