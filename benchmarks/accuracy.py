@@ -1,6 +1,6 @@
 """Jev's decision heads against two anchors, TF-IDF and MiniLM + LogisticRegression, on the test splits.
 
-Both anchors are `jev.train.baseline`'s: a LogisticRegression per field, trained on the train
+Both anchors are `jev.evaluate.baseline`'s: a LogisticRegression per field, trained on the train
 split and calibrated on the calib split with scikit-learn's `CalibratedClassifierCV` (temperature
 for multi-class fields, sigmoid for binary ones). TF-IDF is the data sets' recipe: word 1-2 grams
 (character 1-3 grams for `language`) and C=10. MiniLM is the SetFit recipe without its contrastive
@@ -19,16 +19,16 @@ from pathlib import Path
 import numpy as np
 
 from jev.calibration.metrics import accuracy, ece, macro_f1, nll
-from jev.engine.decider import Decider
-from jev.train.baseline import (
+from jev.decide.decider import Decider
+from jev.evaluate.baseline import (
     BaselineProbabilities,
     baseline_probabilities,
     minilm_probabilities,
     read_labelled_texts,
     read_with_texts,
 )
-from jev.train.calibrate import raw_probabilities
-from jev.train.minilm import MiniLMEncoder
+from jev.evaluate.calibrate import raw_probabilities
+from jev.evaluate.minilm import MiniLMEncoder
 
 TASKS = ("mail", "chat")
 NAN = {"accuracy": float("nan"), "macro_f1": float("nan"), "nll": float("nan"), "ece": float("nan")}

@@ -3,7 +3,7 @@
 Three ways to get a decision's closed fields from one checkpoint, on the same test rows:
 
 - heads: one forward pass over `[input][field queries]`, raw and calibrated (`jev calibrate`);
-- Jev's constrained decoding (`jev.engine.constrained`): the language model writes the JSON on the
+- Jev's constrained decoding (`jev.generate.constrained`): the language model writes the JSON on the
   latent cache, greedy, only allowed values' tokens, forced tokens fed without a pass of their own;
   its probabilities are first-token (renormalised over the allowed values) and exact (every
   value's whole token sequence scored);
@@ -27,11 +27,11 @@ import numpy as np
 from benchmarks.outlines_path import OutlinesDecider
 from benchmarks.report import write_results
 from jev.calibration.metrics import accuracy, ece, nll
-from jev.engine.constrained import write_answers
-from jev.engine.decider import Decider
+from jev.data.examples import Example, read_examples
+from jev.decide.decider import Decider
+from jev.generate.constrained import write_answers
 from jev.schema import Task
 from jev.schema.fields import same_value
-from jev.train.examples import Example, read_examples
 
 TASKS = ("mail", "chat")
 BATCH = 32

@@ -31,7 +31,7 @@ CASES = ("stored", "unmeasured", "plain")
 
 def child(model: Path, data: Path, warm: int, speculative: bool) -> dict[str, Any]:
     """Runs in the fresh process: load, the first decision, then `warm` more."""
-    from jev.engine.decider import Decider
+    from jev.decide.decider import Decider
 
     rows = [json.loads(line)["input"] for _, line in zip(range(warm + 1), data.open(), strict=False)]
     started = time.perf_counter()

@@ -1,6 +1,6 @@
 """What a frozen backbone's hidden states already know: mean-pooled states of a layer + LR, per field.
 
-The MiniLM anchor's recipe (`jev.train.baseline.minilm_probabilities`: LogisticRegression with C
+The MiniLM anchor's recipe (`jev.evaluate.baseline.minilm_probabilities`: LogisticRegression with C
 picked on valid, calibrated on calib, scored on test), with the features taken from a converted
 Jev folder instead: each row's rendered input, `bos` first as the decider reads it, at most 256
 tokens, through the model once; the residual stream after each chosen layer (the final-normed
@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from benchmarks.accuracy import anchor_scores
-from jev.engine.bundle import load_tokenizer
+from jev.evaluate.baseline import minilm_probabilities, read_labelled_texts
 from jev.model import Model
 from jev.schema import load_task
-from jev.train.baseline import minilm_probabilities, read_labelled_texts
+from jev.tokenizer import load_tokenizer
 
 MAX_TOKENS = 256
 BATCH = 32

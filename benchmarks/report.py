@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from jev.engine.profiles import processor_name
+from jev.generate.profiles import processor_name
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"

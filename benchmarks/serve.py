@@ -35,7 +35,7 @@ def main() -> None:
     if args.trivial_port:
         serve_trivial(args.trivial_port)
         return
-    from jev.engine.decider import Decider
+    from jev.decide.decider import Decider
 
     decider = Decider.load(args.model)
     task = decider.tasks[args.task or next(iter(decider.tasks))]

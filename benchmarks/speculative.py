@@ -19,7 +19,7 @@ realised acceptance). Reported:
 - c: one drafter pass's time relative to one target verify pass;
 - tokens/s (all sequences together), and speedup over plain decoding at the same batch size.
 
-The drafter folder may hold either kind (autoregressive or DSpark; `jev.engine.drafters.load_drafter`
+The drafter folder may hold either kind (autoregressive or DSpark; `jev.generate.drafters.load_drafter`
 reads which). Draft lengths past what a DSpark drafter was trained to draft in one pass are skipped.
 
     python -m benchmarks.speculative --target models/default --drafter models/default/drafter --prompts subject
@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import write_results
-from jev.engine.bundle import load_tokenizer
-from jev.engine.decider import Decider
-from jev.engine.drafters import Drafter, drafter_kind, load_drafter
-from jev.engine.generate import generate
-from jev.engine.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
+from jev.decide.decider import Decider
+from jev.generate.drafters import Drafter, drafter_kind, load_drafter
+from jev.generate.loop import generate
+from jev.generate.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
 from jev.model import Model
+from jev.tokenizer import load_tokenizer
 
 WARM_UP = 32
 

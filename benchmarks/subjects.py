@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from benchmarks.report import write_results
 from jev.convert.llama import LlamaTeacher
 from jev.convert.source import read_source, smollm2_gguf
-from jev.engine.decider import Decider
+from jev.decide.decider import Decider
 from schemas.mail import TASK as MAIL
 from schemas.mail import MailDecision
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.report import write_results
-from jev.engine.decider import Decider
+from jev.data.examples import Example
+from jev.decide.decider import Decider
 from jev.train.decide import field_losses, native_bfloat16, with_lower_states
-from jev.train.examples import Example
 from schemas.mail import TASK as MAIL
 
 PROJECTED_ROWS = 5000

@@ -13,7 +13,7 @@ _EXPORTS = {
     "Decided": "jev.schema",
     "Task": "jev.schema",
     "Usage": "jev.schema",
-    "Decider": "jev.engine.decider",
+    "Decider": "jev.decide.decider",
     "LatentCache": "jev.model",
     "Model": "jev.model",
     "ModelConfig": "jev.model",

@@ -19,13 +19,13 @@ from pathlib import Path
 from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, model_folder, run
 from jev.convert.cli import add_convert_command, add_export_command, add_pack_command
 from jev.data.cli import add_commands as add_data_commands
+from jev.data.examples import ROW_FORMAT
+from jev.evaluate.calibrate import add_calibrate_command
+from jev.evaluate.report import add_report_command
 from jev.schema import JevError, load_task
 from jev.serve.cli import add_serve_command
-from jev.train.calibrate import add_calibrate_command
 from jev.train.cli import add_lm_command
 from jev.train.drafter import add_drafter_command
-from jev.train.examples import ROW_FORMAT
-from jev.train.report import add_report_command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,7 +163,7 @@ def _add_decide(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_decide(args: argparse.Namespace) -> int:
-    from jev.engine.decider import Decider
+    from jev.decide.decider import Decider
 
     raw = sys.stdin.read() if args.input == "-" else args.input
     try:

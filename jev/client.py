@@ -40,7 +40,7 @@ from jev.schema import (
     compile_decision,
     describe_changes,
 )
-from jev.serve.keys import keys_for
+from jev.schema.keys import keys_for
 
 DecisionT = TypeVar("DecisionT", bound=BaseModel)
 

@@ -8,8 +8,8 @@ import torch
 
 from jev import Decider
 from jev.cli import main
+from jev.evaluate.calibrate import calibrate
 from jev.schema import FieldPolicy, JevError, Task
-from jev.train.calibrate import calibrate
 from schemas.mail import TASK as MAIL
 from schemas.mail import MailDecision, MailInput
 from tests.conftest import random_model, tiny_config, tiny_tokenizer

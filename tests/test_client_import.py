@@ -17,7 +17,7 @@ from schemas.mail import MailDecision
 client = Client("http://127.0.0.1:9")
 client.close()
 assert "torch" not in [m for m in sys.modules if sys.modules[m] is not None]
-assert not any(m.startswith(("litestar", "jev.engine", "jev.model")) for m in sys.modules)
+assert not any(m.startswith(("litestar", "jev.decide", "jev.generate", "jev.model")) for m in sys.modules)
 print("ok")
 """
 

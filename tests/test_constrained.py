@@ -7,10 +7,10 @@ import pytest
 import torch
 from pydantic import BaseModel, Field
 
-from jev.engine.answer import AnswerTokens
-from jev.engine.constrained import ValueTrie, write_answers
+from jev.generate.answer import AnswerTokens
+from jev.generate.constrained import ValueTrie, write_answers
 from jev.model import Model
-from jev.train.tokenizer import EOS_ID
+from jev.tokenizer import EOS_ID
 from tests.conftest import random_model, tiny_config, tiny_tokenizer
 
 

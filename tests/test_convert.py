@@ -11,7 +11,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from jev.convert.closed_form import MLARanks, collect_statistics, convert
 from jev.convert.llama import LlamaTeacher
 from jev.convert.source import half_split_to_interleaved, read_llama_folder
-from jev.train.tokenizer import save_tokenizer, train_tokenizer
+from jev.tokenizer import save_tokenizer
+from jev.train.tokenizer import train_tokenizer
 from tests.conftest import rel_err
 
 VOCAB = 320

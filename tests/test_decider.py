@@ -9,7 +9,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from jev import Decided, Decider
-from jev.engine.decider import NOTHING_TO_READ, UnknownTaskError
+from jev.decide.decider import NOTHING_TO_READ, UnknownTaskError
 from jev.model import CheckpointError
 from jev.schema import (
     InputTooLongError,

@@ -5,14 +5,14 @@ import json
 import pytest
 
 from jev import Decider
-from jev.engine.answer import AnswerTokens
-from jev.engine.drafters.autoregressive import AutoregressiveDrafter
-from jev.engine.generate import generate
-from jev.engine.scheduler import FixedLength, LoadAwareScheduler
-from jev.engine.texts import TextSettings
+from jev.generate.answer import AnswerTokens
+from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.loop import generate
+from jev.generate.scheduler import FixedLength, LoadAwareScheduler
+from jev.generate.texts import TextSettings
 from jev.schema import UnsupportedSchemaError, compile_decision
 from jev.schema.answer import answer_segments, answer_text, parse_text, text_content
-from jev.train.tokenizer import EOS_ID
+from jev.tokenizer import EOS_ID
 from schemas.examples import TASK as EXAMPLE_TASK
 from schemas.mail import TASK as MAIL_TASK
 from tests.conftest import random_model, tiny_config, tiny_tokenizer

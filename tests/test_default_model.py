@@ -7,7 +7,7 @@ from pathlib import Path
 
 from litestar.testing import TestClient
 
-import jev.engine.decider as decider_module
+import jev.decide.decider as decider_module
 from jev import Client, Decider
 from jev.model.base import BASE_FILE, BaseReference
 from jev.serve import ServeSettings, create_app
@@ -43,7 +43,7 @@ def test_the_default_model_writes_subject_lines_through_the_service_and_the_clie
 
 
 def test_the_deciders_docstring_example_is_true() -> None:
-    """`jev.engine.decider`'s example states a kind, a rounded probability and the decision passes."""
+    """`jev.decide.decider`'s example states a kind, a rounded probability and the decision passes."""
     example = re.search(r"decide\(MailDecision, (\{.*\})\)\n.*# '(\w+)', ([\d.]+), (\d+)", decider_module.__doc__)
     assert example, "the example's input and its stated answer"
     data, kind, spam, passes = json.loads(example[1]), example[2], float(example[3]), int(example[4])

@@ -22,10 +22,10 @@ from transformers import BertConfig, BertModel
 from benchmarks.accuracy import evaluate_task, render
 from jev import Decider
 from jev.digest import file_sha256
+from jev.evaluate.baseline import C_GRID, MINILM_NAME, LabelledTexts, fit_picking_c, minilm_probabilities
+from jev.evaluate.minilm import MiniLMEncoder, minilm_zip
+from jev.evaluate.report import ReportSettings, add_report_command, build_report
 from jev.schema import JevError, Task
-from jev.train.baseline import C_GRID, MINILM_NAME, LabelledTexts, fit_picking_c, minilm_probabilities
-from jev.train.minilm import MiniLMEncoder, minilm_zip
-from jev.train.report import ReportSettings, add_report_command, build_report
 from schemas.mail import TASK as MAIL
 from tests.conftest import random_model, tiny_config, tiny_tokenizer
 

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from benchmarks.outlines_path import OutlinesDecider, closed_model
 from jev.schema import Task, render_input
-from jev.train.tokenizer import BOS_ID, save_tokenizer
+from jev.tokenizer import BOS_ID, save_tokenizer
 from schemas.chat import TASK as CHAT
 from schemas.mail import TASK as MAIL
 from tests.conftest import random_model, tiny_config, tiny_tokenizer

@@ -5,9 +5,9 @@ import threading
 import pytest
 
 from jev import Decider
-from jev.engine import profiles
-from jev.engine.drafters.autoregressive import AutoregressiveDrafter
-from jev.engine.scheduler import LoadAwareScheduler, VerifyProfile
+from jev.generate import profiles
+from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.scheduler import LoadAwareScheduler, VerifyProfile
 from schemas.examples import TASK as EXAMPLE_TASK
 from tests.conftest import random_model, tiny_config, tiny_tokenizer
 

@@ -4,7 +4,7 @@ cached lower states give the same logits, and the cache a decision leaves is a p
 import pytest
 import torch
 
-from jev.engine.decision import DecisionModel
+from jev.decide.decision import DecisionModel
 from jev.model.heads import HeadLayout, TaskHeads
 from tests.conftest import random_model, tiny_config
 

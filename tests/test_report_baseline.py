@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from pydantic import BaseModel
 
+from jev.evaluate.baseline import FieldBaseline, LabelledTexts, baseline_probabilities
+from jev.evaluate.report import field_views
 from jev.schema import Task
-from jev.train.baseline import FieldBaseline, LabelledTexts, baseline_probabilities
-from jev.train.report import field_views
 
 
 class Text(BaseModel):

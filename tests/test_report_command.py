@@ -13,11 +13,11 @@ import torch
 
 from jev import Decider
 from jev.calibration import METRICS, bootstrap_ci
-from jev.engine.calibration import fit_calibration, label_arrays
+from jev.data.examples import read_examples
+from jev.decide.calibration import fit_calibration, label_arrays
+from jev.evaluate.calibrate import raw_probabilities
+from jev.evaluate.report import ReportSettings, add_report_command, build_report
 from jev.schema import JevError
-from jev.train.calibrate import raw_probabilities
-from jev.train.examples import read_examples
-from jev.train.report import ReportSettings, add_report_command, build_report
 from schemas.mail import TASK as MAIL
 from tests.conftest import random_model, tiny_config, tiny_tokenizer
 

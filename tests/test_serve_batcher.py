@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jev.engine.decider import Encoded
+from jev.decide.decider import Encoded
 from jev.serve.batcher import Batcher, DeadlinePassedError, QueueFullError, ShuttingDownError
 from tests.test_serve_support import STRICT, TICKET
 

@@ -3,9 +3,9 @@
 import numpy as np
 from litestar.testing import TestClient
 
-from jev.engine.bundle import MANIFEST_FILE
-from jev.engine.calibration import fit_calibration
-from jev.engine.decider import Decider
+from jev.decide.bundle import MANIFEST_FILE
+from jev.decide.calibration import fit_calibration
+from jev.decide.decider import Decider
 from jev.serve import create_app
 from tests.test_serve_support import STRICT, tiny_decider, wait_ready
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from litestar.testing import TestClient
 
-from jev.engine.decider import NOTHING_TO_READ
+from jev.decide.decider import NOTHING_TO_READ
 from jev.schema.errors import UNKNOWN_FIELD
 from jev.serve import ServeSettings, create_app
 from tests.test_serve_support import ticket, tiny_decider, wait_ready

@@ -7,7 +7,7 @@ import msgspec
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from jev.serve.keys import keys_for, probability_key
+from jev.schema.keys import keys_for, probability_key
 from jev.serve.structs import StructCompiler
 
 

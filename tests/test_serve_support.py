@@ -20,7 +20,7 @@ import httpx
 import torch
 from pydantic import BaseModel, Field
 
-from jev.engine.decider import Decider, Encoded
+from jev.decide.decider import Decider, Encoded
 from jev.schema import Decided, Task
 from jev.serve.engine import Engine
 from schemas.mail import TASK as MAIL_TASK

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from jev.engine.accept import (
+from jev.generate.accept import (
     SamplingSettings,
     accept_block,
     accept_ratio,

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from conftest import random_model, tiny_config, tiny_tokenizer
 
-from jev.engine.drafters.autoregressive import AutoregressiveDrafter
-from jev.engine.generate import generate
+from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.loop import generate
 from jev.model import Model
+from jev.tokenizer import save_tokenizer
 from jev.train.drafter import add_drafter_command, drafter_config
-from jev.train.tokenizer import save_tokenizer
 
 TEXT = ["Win a free cruise now!", "Meeting moved to Tuesday, see agenda.", "Re: patch for the kernel build"]
 

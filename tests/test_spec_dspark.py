@@ -11,16 +11,17 @@ import torch
 from conftest import random_model, tiny_config, tiny_tokenizer
 from test_spec_statistical import Config, chi_square_p, holm, peaked_model, target_joint
 
-from jev.engine.accept import SamplingSettings, sample_from, warp
-from jev.engine.drafters import Draft, ReadsTargetStates, load_drafter
-from jev.engine.drafters.autoregressive import AutoregressiveDrafter
-from jev.engine.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
-from jev.engine.generate import generate, prompt_heads
-from jev.engine.scheduler import LoadAwareScheduler, VerifyProfile
+from jev.generate.accept import SamplingSettings, sample_from, warp
+from jev.generate.drafters import Draft, ReadsTargetStates, load_drafter
+from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
+from jev.generate.loop import generate
+from jev.generate.scheduler import LoadAwareScheduler, VerifyProfile
 from jev.model import LatentCache, Model
+from jev.ragged import pad_rows
+from jev.tokenizer import save_tokenizer
 from jev.train.drafter import add_drafter_command
 from jev.train.dspark import acceptance_outcomes, calibrate, fit_survival_calibration, survival_ece
-from jev.train.tokenizer import save_tokenizer
 
 V = 16
 PROMPTS = [[(7 * i + 3 * j) % V for j in range(2 + (5 * i) % 11)] for i in range(16)]
@@ -75,7 +76,7 @@ def test_greedy_speculative_equals_plain(target: Model, draft_len: int, markov_r
 def prefilled(target: Model, draft_len: int) -> tuple[LatentCache, torch.Tensor]:
     """A cache holding every prompt but its last token, and the hidden state at each prompt's last cached token."""
     cache = target.new_cache(len(PROMPTS), max(map(len, PROMPTS)) + NEW + draft_len + 1)
-    tokens, lengths = prompt_heads(PROMPTS)
+    tokens, lengths = pad_rows([prompt[:-1] for prompt in PROMPTS])
     states = target.hidden_states(tokens, cache=cache, lengths=lengths)
     return cache, states[torch.arange(len(PROMPTS)), lengths - 1]
 

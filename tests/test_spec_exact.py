@@ -3,8 +3,8 @@
 Target: a random trigram table; drafter: a random bigram table near the target's average. Both
 are prefix-dependent, so conditioning bugs show. The oracle enumerates every drafted block under
 q and every verify length of a random (prefix-dependent, token-blind) policy, takes each round's
-outcome law from `jev.engine.accept.outcome_distribution` (the law `accept_block` samples from)
-with p and q from `jev.engine.accept.warp`, and recurses until three tokens are out. Drafts past
+outcome law from `jev.generate.accept.outcome_distribution` (the law `accept_block` samples from)
+with p and q from `jev.generate.accept.warp`, and recurses until three tokens are out. Drafts past
 the third emitted token cannot change the first three, so positions past it are filled with a
 fixed token: the mass of "m >= need" is the prefix survival whatever they hold.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from jev.engine import accept
-from jev.engine.accept import SamplingSettings, outcome_distribution, warp
+from jev.generate import accept
+from jev.generate.accept import SamplingSettings, outcome_distribution, warp
 
 V = 16
 FIRST = 3

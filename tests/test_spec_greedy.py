@@ -4,9 +4,9 @@ import pytest
 import torch
 from conftest import random_model, tiny_config
 
-from jev.engine.drafters.autoregressive import AutoregressiveDrafter
-from jev.engine.generate import generate
-from jev.engine.scheduler import LoadAwareScheduler, VerifyProfile
+from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.loop import generate
+from jev.generate.scheduler import LoadAwareScheduler, VerifyProfile
 from jev.model import Model
 
 PROMPTS = [[(7 * i + 3 * j) % 97 for j in range(1 + (5 * i) % 11)] for i in range(24)]

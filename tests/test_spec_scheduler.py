@@ -4,9 +4,9 @@ import pytest
 import torch
 from conftest import random_model, tiny_config
 
-from jev.engine.drafters.autoregressive import AutoregressiveDrafter
-from jev.engine.generate import generate
-from jev.engine.scheduler import FixedLength, LoadAwareScheduler, VerifyProfile
+from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.loop import generate
+from jev.generate.scheduler import FixedLength, LoadAwareScheduler, VerifyProfile
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

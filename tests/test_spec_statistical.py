@@ -25,13 +25,13 @@ import torch
 from conftest import random_model, tiny_config
 from scipy import stats
 
-from jev.engine import accept
-from jev.engine import generate as generate_module
-from jev.engine.accept import SamplingSettings, warp
-from jev.engine.drafters import Draft
-from jev.engine.drafters.autoregressive import AutoregressiveDrafter
-from jev.engine.generate import generate
-from jev.engine.scheduler import FixedLength, LoadAwareScheduler, VerifyProfile
+from jev.generate import accept
+from jev.generate import loop as generate_module
+from jev.generate.accept import SamplingSettings, warp
+from jev.generate.drafters import Draft
+from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.loop import generate
+from jev.generate.scheduler import FixedLength, LoadAwareScheduler, VerifyProfile
 from jev.model import Model
 
 V = 16

@@ -12,11 +12,11 @@ import torch
 from safetensors.torch import load_file
 
 from jev import Decider
+from jev.data.examples import InvalidRowsError
 from jev.model import Model
 from jev.schema import JevError
+from jev.tokenizer import EOS_ID
 from jev.train.decide import DecideSettings, TaskData, train_decisions
-from jev.train.examples import InvalidRowsError
-from jev.train.tokenizer import EOS_ID
 from schemas.mail import TASK as MAIL
 from schemas.mail import MailDecision
 from tests.conftest import random_model, tiny_config, tiny_tokenizer, with_subjects
@@ -92,8 +92,8 @@ def test_two_ranks_fine_tune_the_same_weights(base, tmp_path):
 
 
 def test_answer_objective_learns_the_json_and_continues_a_deciders_heads(base, tmp_path):
-    from jev.engine.answer import AnswerTokens
-    from jev.train.examples import read_examples
+    from jev.data.examples import read_examples
+    from jev.generate.answer import AnswerTokens
 
     train = with_subjects(FIXTURES / "train.jsonl", tmp_path / "train.jsonl")
     heads = train_decisions(settings(base, tmp_path / "heads", epochs=1))
@@ -137,7 +137,7 @@ def test_a_task_may_set_its_own_answer_weight(base, tmp_path, run_weight, task_w
 
 
 def test_answer_frozen_layers_reach_the_answer_pass_and_are_recorded(base, tmp_path, monkeypatch):
-    from jev.engine.decision import DecisionModel
+    from jev.decide.decision import DecisionModel
 
     seen = []
     answer_loss = DecisionModel.answer_loss

@@ -8,11 +8,11 @@ import torch
 from safetensors.torch import load_file
 
 from jev.model import Model
+from jev.tokenizer import load_tokenizer
 from jev.train import lm
 from jev.train.lm import LMSettings, pretrain
 from jev.train.presets import TINY_TEST_CONFIG
 from jev.train.state import TrainStateError
-from jev.train.tokenizer import load_tokenizer
 
 CORPUS = [Path("tests/fixtures/train/corpus")]
 

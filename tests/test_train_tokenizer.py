@@ -3,8 +3,9 @@
 import pytest
 from transformers import PreTrainedTokenizerFast
 
+from jev.tokenizer import TokenizerError, load_tokenizer, save_tokenizer
 from jev.train.corpus import read_documents
-from jev.train.tokenizer import TokenizerError, load_tokenizer, save_tokenizer, train_tokenizer
+from jev.train.tokenizer import train_tokenizer
 
 CORPUS = ["tests/fixtures/train/corpus"]
 SAMPLES = [

@@ -15,8 +15,8 @@ instead of 4), in place. Loading dequantises them; what it costs in accuracy is 
 import shutil
 from pathlib import Path
 
-from jev.engine.decider import DRAFTER_DIR
-from jev.engine.drafters.dspark import WEIGHTS_FILE as DSPARK_WEIGHTS_FILE
+from jev.decide.decider import DRAFTER_DIR
+from jev.generate.drafters.dspark import WEIGHTS_FILE as DSPARK_WEIGHTS_FILE
 from jev.model import Model
 from jev.model.base import BASE_FILE
 from jev.model.checkpoint import INDEX_FILE, WEIGHTS_FILE, pack_weights

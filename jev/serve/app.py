@@ -17,7 +17,7 @@ from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from litestar.static_files import create_static_files_router
 
-from jev.engine.decider import Decider
+from jev.decide.decider import Decider
 from jev.schema import JevError
 from jev.serve.auth import api_key_guard
 from jev.serve.docs import docs_assets, docs_config

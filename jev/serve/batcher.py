@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from jev.engine.decider import Encoded
+from jev.decide.decider import Encoded
 from jev.schema import Decided, JevError, Task
 
 _log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from jev.engine.decider import Decider, Encoded
+from jev.decide.decider import Decider, Encoded
 from jev.schema import Decided, Task
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import msgspec
 
 from jev.schema import Decided, Task
-from jev.serve.keys import keys_for, probability_key
+from jev.schema.keys import keys_for, probability_key
 from jev.serve.structs import StructCompiler
 
 

@@ -8,9 +8,9 @@ drafter learns from documents `render_input(row) + answer JSON` of a task's labe
 import json
 from pathlib import Path
 
+from jev.data.examples import row_label
 from jev.schema import Task, load_task, render_input
 from jev.schema.answer import answer_text
-from jev.train.examples import row_label
 
 
 class AnswerDocuments:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from tokenizers import Tokenizer
 
-from jev.train.tokenizer import BOS_ID, EOS_ID
+from jev.tokenizer import BOS_ID, EOS_ID
 
 
 @dataclass

@@ -38,14 +38,15 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from jev.engine.answer import AnswerTokens
-from jev.engine.bundle import HEADS_FILE, Manifest, head_layouts, load_heads, load_tokenizer, load_tokenizer_config
-from jev.engine.decider import Decider
-from jev.engine.decision import DecisionModel
+from jev.data.examples import Example, read_examples
+from jev.decide.bundle import HEADS_FILE, Manifest, head_layouts, load_heads
+from jev.decide.decider import Decider
+from jev.decide.decision import DecisionModel
+from jev.generate.answer import AnswerTokens
 from jev.model import Model
 from jev.schema import JevError, Task
+from jev.tokenizer import load_tokenizer, load_tokenizer_config
 from jev.train.distributed import Distributed
-from jev.train.examples import Example, read_examples
 from jev.train.lm import PROVENANCE_FILE as LM_PROVENANCE_FILE
 from jev.train.optim import build_optimizer, lr_at
 

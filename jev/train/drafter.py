@@ -8,7 +8,7 @@ batch of text blocks, plus the drafter's own DSA indexer warm-up loss. KL to the
 distribution, not cross-entropy on the text, because acceptance is `sum min(p, q)`: the drafter
 should match what the target would say, not what the corpus says. The output folder
 (`config.json`, `model.safetensors`, `tokenizer.json`, `drafter.json`) loads with
-`AutoregressiveDrafter.load` or `jev.engine.drafters.load_drafter`.
+`AutoregressiveDrafter.load` or `jev.generate.drafters.load_drafter`.
 """
 
 import argparse
@@ -21,9 +21,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from jev.engine.bundle import load_tokenizer, load_tokenizer_config, save_tokenizer_files
-from jev.engine.drafters.dspark import DSparkConfig
+from jev.generate.drafters.dspark import DSparkConfig
 from jev.model import Model, ModelConfig
+from jev.tokenizer import load_tokenizer, load_tokenizer_config, save_tokenizer
 from jev.train.answer_corpus import AnswerDocuments
 from jev.train.blocks import TokenBlocks
 from jev.train.corpus import TextSource, describe_source, read_documents
@@ -127,7 +127,7 @@ def distill(settings: DrafterSettings) -> Path:
     drafter.eval()
     out = Path(settings.out)
     drafter.save_pretrained(out)
-    save_tokenizer_files(out, tokenizer, load_tokenizer_config(Path(settings.target)))
+    save_tokenizer(tokenizer, out, load_tokenizer_config(Path(settings.target)))
     provenance = _provenance(settings, losses, held_out_acceptance(drafter, target, data.held_out[:16]), started)
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
     return out

@@ -28,10 +28,10 @@ from tqdm import tqdm
 
 from jev.calibration.calibrators import IsotonicCalibration
 from jev.calibration.metrics import equal_width_bins
-from jev.engine.accept import SamplingSettings, accept_ratio, warp
-from jev.engine.bundle import load_tokenizer, load_tokenizer_config, save_tokenizer_files
-from jev.engine.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
+from jev.generate.accept import SamplingSettings, accept_ratio, warp
+from jev.generate.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
 from jev.model import Model
+from jev.tokenizer import load_tokenizer, load_tokenizer_config, save_tokenizer
 from jev.train.blocks import TokenBlocks
 from jev.train.corpus import TextSource, describe_source, read_documents
 from jev.train.optim import build_optimizer, lr_at
@@ -198,7 +198,7 @@ def distill_dspark(settings: DSparkSettings) -> Path:
         drafter, data.held_out[: settings.calibration_blocks, :-1], settings.calibration_stride, settings.seed
     )
     drafter.save(settings.out, _provenance(settings, losses, acceptance, report, started))
-    save_tokenizer_files(Path(settings.out), tokenizer, load_tokenizer_config(Path(settings.target)))
+    save_tokenizer(tokenizer, Path(settings.out), load_tokenizer_config(Path(settings.target)))
     return Path(settings.out)
 
 

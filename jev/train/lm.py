@@ -19,13 +19,14 @@ from torch import nn
 from tqdm import tqdm
 
 from jev.model import Model, ModelConfig
+from jev.tokenizer import TOKENIZER_FILE, check_jev_specials, load_tokenizer, save_tokenizer
 from jev.train.blocks import TokenBlocks
 from jev.train.corpus import TextSource, describe_source, read_documents
 from jev.train.distributed import Distributed
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.provenance import git_commit
 from jev.train.state import TrainStateError, find_train_state, load_train_state, save_train_state
-from jev.train.tokenizer import TOKENIZER_FILE, load_tokenizer, save_tokenizer, train_tokenizer
+from jev.train.tokenizer import train_tokenizer
 
 TRAIN_STATE_DIR = "train_state"
 PROVENANCE_FILE = "train_lm.json"
@@ -242,6 +243,7 @@ def _tokenizer_for(
             save_tokenizer(train_tokenizer(documents, vocab_size), settings.out)
         ddp.barrier()
         tokenizer = load_tokenizer(saved)
+    check_jev_specials(tokenizer, str(settings.tokenizer or saved))
     if tokenizer.get_vocab_size() > vocab_size:
         raise ValueError(
             f"the tokenizer has {tokenizer.get_vocab_size()} tokens but the model's vocab_size is {vocab_size}"

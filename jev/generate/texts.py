@@ -2,7 +2,7 @@
 
 The decision pass reads `[input][field queries]` into the cache, so it is the prefill. The query
 tokens are rolled back (`LatentCache.truncate`), and the answer as the language model learned it
-(`jev.engine.answer`) follows the input: the decided closed values, then each text field's opening
+(`jev.generate.answer`) follows the input: the decided closed values, then each text field's opening
 quote, after which `generate` writes the content (plain or speculative) until a token holding a
 quote, or the field's token limit. A second text field continues after the first one's closing
 syntax, in the same cache.
@@ -15,11 +15,12 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from jev.engine.answer import AnswerTokens
-from jev.engine.drafters import Drafter
-from jev.engine.generate import generate, prompt_heads
-from jev.engine.scheduler import VerifyPolicy
+from jev.generate.answer import AnswerTokens
+from jev.generate.drafters.protocol import Drafter
+from jev.generate.loop import generate
+from jev.generate.scheduler import VerifyPolicy
 from jev.model import LatentCache, Model
+from jev.ragged import pad_rows
 from jev.schema.answer import parse_text
 
 
@@ -108,7 +109,7 @@ def _feed(model: Model, cache: LatentCache, prompts: list[list[int]]) -> torch.T
         if max(map(len, unread)) > 1:
             raise ValueError("text prompts must all need reading, or none")
         return None
-    tokens, lengths = prompt_heads(unread)
+    tokens, lengths = pad_rows([prompt[:-1] for prompt in unread])
     states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths.to(model.device))
     return states[torch.arange(len(prompts), device=states.device), (lengths - 1).to(states.device)]
 

@@ -12,8 +12,10 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from jev.schema import JevError, ProblemsError, Task
 
@@ -48,7 +50,7 @@ class Example:
     token_ids: list[int]
     label: dict[str, int | list[int]]
     answer_ids: list[int] = field(default_factory=list)
-    lower_states: torch.Tensor | None = None
+    lower_states: "torch.Tensor | None" = None
 
 
 def read_examples(

@@ -8,7 +8,7 @@ with more than two values, Platt's sigmoid for binary ones, as Jev's own calibra
 - TF-IDF, the data sets' anchor: `TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)`
   (character 1-3 grams for a field named `language`, where words say little) and `C=10`.
 - MiniLM, the SetFit recipe without its contrastive step: frozen all-MiniLM-L6-v2 sentence
-  embeddings (`jev.train.minilm`), with C picked from `C_GRID` by log-loss on the valid split.
+  embeddings (`jev.evaluate.minilm`), with C picked from `C_GRID` by log-loss on the valid split.
 
 Labels are value indices throughout (as `Task.spec.encode_label` gives them), and probabilities
 come back with one column per value of the field, so they line up with Jev's head outputs even
@@ -29,8 +29,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from jev.calibration.metrics import nll
+from jev.data.examples import Example, read_examples
 from jev.schema import FieldSpec, JevError, Task, render_input
-from jev.train.examples import Example, read_examples
 
 TFIDF_NAME = "TF-IDF + LogisticRegression"
 TFIDF_C = 10.0

@@ -1,6 +1,6 @@
 """Jev's own constrained decoding of a decision's closed fields: the generative answer at its fastest.
 
-The language model writes the answer (`jev.engine.answer`) after the input, greedily, restricted at
+The language model writes the answer (`jev.generate.answer`) after the input, greedily, restricted at
 each step to the tokens that some allowed value continues with. Each field's values form a trie of
 token sequences (a value's tokens plus the first syntax token after it, so no value is a prefix of
 another). JSON syntax and every token the trie forces are fed without a decision, together with
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from jev.engine.answer import AnswerTokens
+from jev.generate.answer import AnswerTokens
 from jev.model import LatentCache, Model
+from jev.ragged import pad_rows
 
 
 class ValueTrie:
@@ -137,10 +138,7 @@ def write_answers(
 
 def _last_logits(model: Model, cache: LatentCache, feed: list[list[int]]) -> torch.Tensor:
     """Append each row's tokens (rows may feed none) in one pass; logits `[B, V]` after each row's last."""
-    lengths = torch.tensor([len(ids) for ids in feed])
-    tokens = torch.zeros(len(feed), int(lengths.max()), dtype=torch.int64)
-    for row, ids in enumerate(feed):
-        tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
+    tokens, lengths = pad_rows(feed)
     hidden = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths.to(model.device))
     last = (lengths - 1).clamp(min=0).to(hidden.device)
     return model.lm_head(hidden[torch.arange(len(feed), device=hidden.device), last]).float().cpu()
@@ -151,10 +149,7 @@ def _exact(model: Model, cache: LatentCache, pending: list[list[int]], sequences
     batch, n_values = len(pending), len(sequences)
     copies = cache.select(torch.arange(batch).repeat_interleave(n_values))
     feed = [[*pending[row], *sequences[v]] for row in range(batch) for v in range(n_values)]
-    lengths = torch.tensor([len(ids) for ids in feed])
-    tokens = torch.zeros(len(feed), int(lengths.max()), dtype=torch.int64)
-    for row, ids in enumerate(feed):
-        tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.int64)
+    tokens, lengths = pad_rows(feed)
     hidden = model.hidden_states(tokens.to(model.device), cache=copies, lengths=lengths.to(model.device))
     scores = torch.zeros(len(feed), dtype=torch.float64)
     for row, ids in enumerate(feed):

@@ -20,17 +20,17 @@ active sequence has no state yet (a given `cache=`, so no prefill pass ran, or a
 drafts nothing: it is a plain decoding step, whose pass supplies the states for the next round.
 """
 
-import itertools
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from jev.engine.accept import SamplingSettings, accept_block, warp
-from jev.engine.drafters import Drafter, ReadsTargetStates
-from jev.engine.scheduler import FixedLength, VerifyPolicy
+from jev.generate.accept import SamplingSettings, accept_block, warp
+from jev.generate.drafters.protocol import Drafter, ReadsTargetStates
+from jev.generate.scheduler import FixedLength, VerifyPolicy
 from jev.model import LatentCache, Model
+from jev.ragged import pad_rows, rows_of
 
 
 class Randomness:
@@ -215,24 +215,7 @@ def generate(
         stats.drafter_passes = getattr(drafter, "passes", 0)
     prompt_n = torch.tensor(list(map(len, prompts)))
     cache.truncate(torch.minimum(cache.lengths, (prompt_n + out_n - 1).clamp(min=0)))
-    return Generation(tokens=_rows(out, out_n), stats=stats, cache=cache)
-
-
-def prompt_heads(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every prompt but its last token, right-padded with zeros: `[B, max(len - 1)]`, and the lengths `[B]`."""
-    lengths = torch.tensor(list(map(len, prompts)), dtype=torch.int64) - 1
-    tokens = torch.zeros(len(prompts), int(lengths.max()), dtype=torch.int64)
-    flat = torch.tensor(list(itertools.chain.from_iterable(p[:-1] for p in prompts)), dtype=torch.int64)
-    tokens[torch.arange(tokens.shape[1]) < lengths.view(-1, 1)] = flat
-    return tokens, lengths
-
-
-def _rows(out: torch.Tensor, out_n: torch.Tensor) -> list[list[int]]:
-    """`out[b, :out_n[b]]` as lists, converted in one call."""
-    rows = out[:, : int(out_n.max())].tolist()
-    for row, n in zip(rows, out_n.tolist(), strict=True):
-        del row[n:]
-    return rows
+    return Generation(tokens=rows_of(out, out_n), stats=stats, cache=cache)
 
 
 def _as_batch(prompt_ids: Sequence[int] | Sequence[Sequence[int]]) -> list[list[int]]:
@@ -253,7 +236,7 @@ def _prefill(
     Returns the last tokens `[B]` (pending), the hidden state `[B, D]` at each prompt's
     second-to-last position, and `[B]` which rows have one (prompts of two or more tokens).
     """
-    tokens, lengths = prompt_heads(prompts)
+    tokens, lengths = pad_rows([prompt[:-1] for prompt in prompts])
     hidden = torch.zeros(len(prompts), model.config.hidden_size, dtype=model.dtype, device=model.device)
     if tokens.shape[1] > 0:
         states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths)

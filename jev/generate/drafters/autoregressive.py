@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from jev.engine.accept import SamplingSettings, sample_from, warp
-from jev.engine.drafters import Draft
-from jev.engine.generate import prompt_heads
+from jev.generate.accept import SamplingSettings, sample_from, warp
+from jev.generate.drafters.protocol import Draft
 from jev.model import Model
+from jev.ragged import concat_rows, drop_first, pad_rows
 
 
 class AutoregressiveDrafter:
@@ -41,7 +41,7 @@ class AutoregressiveDrafter:
         self._backlog = torch.zeros(batch, 0, dtype=torch.int64)
         self._backlog_n = torch.zeros(batch, dtype=torch.int64)
         self._drafted_k = 0
-        tokens, lengths = prompt_heads(prompts)
+        tokens, lengths = pad_rows([prompt[:-1] for prompt in prompts])
         if tokens.shape[1] > 0:
             self.model(tokens.to(self.model.device), cache=self._cache, lengths=lengths)
             self.passes += 1
@@ -88,8 +88,8 @@ class AutoregressiveDrafter:
             old_n = torch.where(moved, torch.zeros_like(self._backlog_n), self._backlog_n)
         else:
             kept, old_n = torch.zeros_like(counts), self._backlog_n
-        tail, tail_n = _shift_left(tokens, counts, kept)
-        self._backlog, self._backlog_n = _concat_ragged(self._backlog, old_n, tail, tail_n)
+        tail, tail_n = drop_first(tokens, counts, kept)
+        self._backlog, self._backlog_n = concat_rows(self._backlog, old_n, tail, tail_n)
         self._drafted_k = 0
 
 
@@ -97,27 +97,4 @@ def _append_column(
     tokens: torch.Tensor, counts: torch.Tensor, column: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Ragged append: row b gets `column[b]` after its `counts[b]` tokens."""
-    return _concat_ragged(tokens, counts, column.view(-1, 1), torch.ones_like(counts))
-
-
-def _shift_left(tokens: torch.Tensor, counts: torch.Tensor, drop: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ragged: row b becomes `tokens[b, drop[b]:counts[b]]`."""
-    width = tokens.shape[1]
-    index = (torch.arange(width).view(1, -1) + drop.view(-1, 1)).clamp(max=max(width - 1, 0))
-    return tokens.gather(1, index) if width else tokens, (counts - drop).clamp(min=0)
-
-
-def _concat_ragged(
-    a: torch.Tensor, a_n: torch.Tensor, b: torch.Tensor, b_n: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row b is `a[b, :a_n[b]] ++ b[b, :b_n[b]]`, right-padded with zeros: `[B, max(a_n + b_n)]` and counts."""
-    total = a_n + b_n
-    width = int(total.max()) if total.numel() else 0
-    columns = torch.arange(width).view(1, -1)
-    from_a = columns < a_n.view(-1, 1)
-    a_index = columns.clamp(max=max(a.shape[1] - 1, 0)).expand(len(a_n), -1)
-    b_index = (columns - a_n.view(-1, 1)).clamp(min=0, max=max(b.shape[1] - 1, 0))
-    a_part = a.gather(1, a_index) if a.shape[1] else torch.zeros(len(a_n), width, dtype=torch.int64)
-    b_part = b.gather(1, b_index) if b.shape[1] else torch.zeros(len(b_n), width, dtype=torch.int64)
-    out = torch.where(from_a, a_part, b_part)
-    return torch.where(columns < total.view(-1, 1), out, torch.zeros_like(out)), total
+    return concat_rows(tokens, counts, column.view(-1, 1), torch.ones_like(counts))

@@ -8,7 +8,7 @@ decision would get, and written by `jev.calibration.write_report` as report.html
 embedded), metrics.json and PNGs. The header says exactly which weights, schema, calibration and
 data produced them, so a report can be checked against a model long after it was written.
 
-The baselines (`jev.train.baseline`) are trained on other splits and scored on the same rows: the
+The baselines (`jev.evaluate.baseline`) are trained on other splits and scored on the same rows: the
 TF-IDF anchor from the train and calib splits, and with a valid split also the MiniLM anchor,
 which picks its C there.
 """
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from jev.calibration import Calibrator, MultiLabelCalibrator
+from jev.data.examples import ROW_FORMAT
+from jev.decide.calibration import TaskCalibration
+from jev.decide.decider import Decider
 from jev.digest import file_sha256
-from jev.engine.calibration import TaskCalibration
-from jev.engine.decider import Decider
-from jev.schema import FieldSpec, JevError, Task
-from jev.train.baseline import (
+from jev.evaluate.baseline import (
     C_GRID,
     MINILM_NAME,
     TFIDF_C,
@@ -36,10 +36,10 @@ from jev.train.baseline import (
     read_labelled_texts,
     read_with_texts,
 )
-from jev.train.calibrate import file_identity, raw_probabilities
-from jev.train.examples import ROW_FORMAT
-from jev.train.minilm import PACKAGE as MINILM_PACKAGE
-from jev.train.minilm import MiniLMEncoder, minilm_version, minilm_zip
+from jev.evaluate.calibrate import file_identity, raw_probabilities
+from jev.evaluate.minilm import PACKAGE as MINILM_PACKAGE
+from jev.evaluate.minilm import MiniLMEncoder, minilm_version, minilm_zip
+from jev.schema import FieldSpec, JevError, Task
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,10 @@ from jev.model.base import BASE_FILE
 from jev.model.checkpoint import WEIGHTS_FILE
 from jev.model.heads import HeadLayout, TaskHeads
 from jev.schema import DecisionSpec
-from jev.train.tokenizer import TRANSFORMERS_CONFIG_FILE, jev_tokenizer_config
+from jev.tokenizer import save_tokenizer
 
 MANIFEST_FILE = "jev.json"
 HEADS_FILE = "heads.safetensors"
-TOKENIZER_FILE = "tokenizer.json"
 FORMAT_VERSION = 1
 
 
@@ -128,31 +127,6 @@ def model_id(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_tokenizer(folder: Path) -> Tokenizer:
-    try:
-        return Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-    except Exception as exc:  # tokenizers raises a bare Exception for missing and malformed files alike
-        raise CheckpointError(f"cannot read {folder / TOKENIZER_FILE}: {exc}") from exc
-
-
-def load_tokenizer_config(folder: Path) -> dict:
-    """The folder's `tokenizer_config.json` (its special tokens and chat template), Jev's own if it has none."""
-    file = folder / TRANSFORMERS_CONFIG_FILE
-    if not file.exists():
-        return jev_tokenizer_config()
-    try:
-        return json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{file} is not JSON: {exc}") from exc
-
-
-def save_tokenizer_files(folder: Path, tokenizer: Tokenizer, tokenizer_config: dict) -> None:
-    """Write `tokenizer.json` and `tokenizer_config.json` (specials and chat template) into `folder`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(folder / TOKENIZER_FILE))
-    (folder / TRANSFORMERS_CONFIG_FILE).write_text(json.dumps(tokenizer_config, indent=2) + "\n")
-
-
 def save_bundle(
     folder: Path,
     model: Model,
@@ -164,6 +138,6 @@ def save_bundle(
     """Write every file of a decider folder."""
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
-    save_tokenizer_files(folder, tokenizer, tokenizer_config)
+    save_tokenizer(tokenizer, folder, tokenizer_config)
     save_heads(folder, heads)
     (folder / MANIFEST_FILE).write_text(manifest.to_json())

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from jev.engine.scheduler import VerifyProfile
+from jev.generate.scheduler import VerifyProfile
 from jev.model import Model
 
 PROFILE_VERSION = 1

@@ -3,7 +3,7 @@
 JSON keys are strings, so `probs["urgent"]` cannot be keyed by `true` on the wire. A str value is
 its own key and every other value (bool, int, None) is its JSON text: `"true"`, `"3"`, `"null"`.
 The client maps keys back with the same function over the field's values, so `Decided.probs`
-holds the same typed keys remotely as locally. Standard library only: the client imports it.
+holds the same typed keys remotely as locally. Standard library only: the client imports it, and never the server.
 """
 
 import json

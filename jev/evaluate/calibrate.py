@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
-from jev.engine.bundle import MANIFEST_FILE
-from jev.engine.calibration import METHODS, TaskCalibration, fit_calibration, label_arrays
-from jev.engine.decider import Decider
+from jev.data.examples import ROW_FORMAT, Example, read_examples
+from jev.decide.bundle import MANIFEST_FILE
+from jev.decide.calibration import METHODS, TaskCalibration, fit_calibration, label_arrays
+from jev.decide.decider import Decider
 from jev.schema import Task
-from jev.train.examples import ROW_FORMAT, Example, read_examples
 
 BATCH = 32
 

@@ -26,8 +26,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from jev.calibration.calibrators import IsotonicCalibration
-from jev.engine.accept import SamplingSettings, sample_from, warp
-from jev.engine.drafters import DRAFTER_FILE, Draft
+from jev.generate.accept import SamplingSettings, sample_from, warp
+from jev.generate.drafters.protocol import DRAFTER_FILE, Draft
 from jev.model import Model, ModelConfig
 from jev.model.checkpoint import read_safetensors
 from jev.model.mlp import MLP

@@ -22,6 +22,7 @@ from torch import nn
 
 from jev.model import LatentCache, Model
 from jev.model.heads import TaskHeads
+from jev.ragged import pad_rows, pad_states
 
 
 class DecisionOutputs(NamedTuple):
@@ -76,11 +77,11 @@ class DecisionModel(nn.Module):
         lengths = torch.tensor([len(ids) for ids in token_ids], device=self.model.device)
         losses: list[torch.Tensor] | None = [] if training else None
         if lower_states is None:
-            x = self.model.embed(_padded(token_ids, self.model.device))
+            x = self.model.embed(pad_rows(token_ids, self.model.device)[0])
             if self.query_layer:
                 x = self.model.layer_states(x, lengths, stop=self.query_layer, cache=cache, indexer_losses=losses)
         else:
-            x = _stacked([states[: len(ids)] for states, ids in zip(lower_states, token_ids, strict=True)])
+            x = pad_states([states[: len(ids)] for states, ids in zip(lower_states, token_ids, strict=True)])
         x, total, field_positions = self.with_queries(heads, x, lengths)
         hidden = self.model.layer_states(x, total, start=self.query_layer, cache=cache, indexer_losses=losses)
         if cache is not None:
@@ -111,11 +112,11 @@ class DecisionModel(nn.Module):
         device = self.model.device
         rows = [[*ids, *answer] for ids, answer in zip(token_ids, answers, strict=True)]
         lengths = torch.tensor([len(r) for r in rows], device=device)
-        padded = _padded(rows, device)
+        padded = pad_rows(rows, device)[0]
         if lower_states is None:
             x, start = self.model.embed(padded), 0
         else:
-            x, start = _stacked(lower_states), self.query_layer
+            x, start = pad_states(lower_states), self.query_layer
         hidden = self.model.layer_states(x, lengths, start=start, indexer_losses=[], frozen_layers=frozen_layers)
         row_index = torch.cat([torch.full((len(a),), r) for r, a in enumerate(answers)]).to(device)
         target_pos = torch.cat([torch.arange(len(t), len(t) + len(a)) for t, a in zip(token_ids, answers, strict=True)])
@@ -127,7 +128,7 @@ class DecisionModel(nn.Module):
     def input_states(self, rows: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Each row's states `[len, D]` entering `query_layer`, as the served pass computes them."""
         lengths = torch.tensor([len(r) for r in rows], device=self.model.device)
-        x = self.model.embed(_padded(rows, self.model.device))
+        x = self.model.embed(pad_rows(rows, self.model.device)[0])
         x = self.model.layer_states(x, lengths, stop=self.query_layer)
         return [x[r, :n] for r, n in enumerate(lengths.tolist())]
 
@@ -143,16 +144,3 @@ class DecisionModel(nn.Module):
         rows = torch.arange(len(lengths), device=x.device).unsqueeze(1).expand_as(field_positions)
         queries = heads.queries.to(x.dtype).expand(len(lengths), -1, -1)
         return x.index_put((rows, field_positions), queries), lengths + n_fields, field_positions
-
-
-def _padded(rows: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
-    """Token ids `[B, longest]`, right-padded with 0."""
-    padded = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long, device=device)
-    for row, ids in enumerate(rows):
-        padded[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
-    return padded
-
-
-def _stacked(states: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Per-row states `[n_r, D]` as one right-padded batch `[B, longest, D]`."""
-    return nn.utils.rnn.pad_sequence(list(states), batch_first=True)

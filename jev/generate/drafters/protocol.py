@@ -6,24 +6,17 @@ pending token, and `commit` what the target actually accepted so it can roll bac
 drafter that reads the target's hidden states (DSpark) also gets `observe`d after the prefill and
 after every verify pass.
 
-A drafter folder says its kind in `drafter.json` ("autoregressive" when absent); `load_drafter`
-reads it and returns the right drafter, so callers need not know which kind they load.
+Both kinds import these from here; the package's `load_drafter` picks the kind a folder holds.
 """
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 
-from jev.engine.accept import SamplingSettings
-
-if TYPE_CHECKING:
-    from jev.model import Model
+from jev.generate.accept import SamplingSettings
 
 DRAFTER_FILE = "drafter.json"
-KINDS = ("autoregressive", "dspark")
 
 
 @dataclass(frozen=True)
@@ -42,7 +35,7 @@ class Draft:
 
 
 class Drafter(Protocol):
-    """What `jev.engine.generate` needs from a drafter."""
+    """What `jev.generate.loop` needs from a drafter."""
 
     def start(self, prompts: list[list[int]], max_len: int) -> None:
         """Read every prompt but its last token (the first pending token); room for `max_len` tokens."""
@@ -68,31 +61,3 @@ class ReadsTargetStates(Drafter, Protocol):
     def observe(self, hidden: torch.Tensor, rows: torch.Tensor) -> None:
         """`hidden [B, D]`: the target's final hidden state at each sequence's last committed position
         (the one before the pending token), for the sequences where `rows [B]` is true."""
-
-
-def drafter_kind(path: str | Path) -> str:
-    """The kind a drafter folder declares in `drafter.json`; "autoregressive" when it says none."""
-    marker = Path(path) / DRAFTER_FILE
-    kind = json.loads(marker.read_text()).get("kind", "autoregressive") if marker.is_file() else "autoregressive"
-    if kind not in KINDS:
-        raise ValueError(f"{path}: unknown drafter kind {kind!r} (known: {', '.join(KINDS)})")
-    return kind
-
-
-def load_drafter(path: str | Path, target: "Model") -> Drafter:
-    """The drafter in folder `path`, in the target's dtype, checked against the target's vocabulary."""
-    # The kinds' modules import `Draft` from here, so they are imported on use, not at the top.
-    if drafter_kind(path) == "dspark":
-        from jev.engine.drafters.dspark import DSparkDrafter
-
-        return DSparkDrafter.load(path, target)
-    from jev.engine.drafters.autoregressive import AutoregressiveDrafter
-
-    drafter = AutoregressiveDrafter.load(path, dtype=target.dtype)
-    drafter.model.to(target.device)
-    if drafter.model.config.vocab_size != target.config.vocab_size:
-        raise ValueError(
-            f"{path}: the drafter's vocabulary ({drafter.model.config.vocab_size}) is not the target's "
-            f"({target.config.vocab_size})"
-        )
-    return drafter

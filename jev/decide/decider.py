@@ -4,9 +4,9 @@
     result = decider.decide(MailDecision, {"body": "Win a free cruise! Click here."})
     result.value.kind, round(result.probs["kind"]["spam"], 2), result.usage.decision_passes  # 'spam', 0.99, 1
 
-One forward pass decides every closed field of a whole batch (see `jev.engine.decision`); `usage`
+One forward pass decides every closed field of a whole batch (see `jev.decide.decision`); `usage`
 counts it as `decision_passes`. Text fields (the mail's `subject`) are then generated after the
-decided values, continuing that pass's cache (`jev.engine.texts`), speculatively when the decider
+decided values, continuing that pass's cache (`jev.generate.texts`), speculatively when the decider
 has a drafter; `usage.generation_passes` counts those steps apart.
 """
 
@@ -23,24 +23,21 @@ import torch
 from pydantic import BaseModel
 from tokenizers import Tokenizer
 
-from jev.engine.answer import AnswerTokens
-from jev.engine.bundle import (
+from jev.decide.bundle import (
     Manifest,
     TaskEntry,
     head_layouts,
-    jev_tokenizer_config,
     load_heads,
-    load_tokenizer,
-    load_tokenizer_config,
     model_id,
     save_bundle,
 )
-from jev.engine.calibration import TaskCalibration
-from jev.engine.decision import DecisionModel
-from jev.engine.drafters import Drafter, load_drafter
-from jev.engine.profiles import ProfileMeasurement, load_profile
-from jev.engine.scheduler import LoadAwareScheduler, VerifyPolicy
-from jev.engine.texts import TextSettings, WrittenTexts, cache_room, write_texts
+from jev.decide.calibration import TaskCalibration
+from jev.decide.decision import DecisionModel
+from jev.generate.answer import AnswerTokens
+from jev.generate.drafters import Drafter, load_drafter
+from jev.generate.profiles import ProfileMeasurement, load_profile
+from jev.generate.scheduler import LoadAwareScheduler, VerifyPolicy
+from jev.generate.texts import TextSettings, WrittenTexts, cache_room, write_texts
 from jev.model import LatentCache, Model
 from jev.model.heads import TaskHeads
 from jev.schema import (
@@ -60,6 +57,7 @@ from jev.schema import (
     render_input,
     render_values,
 )
+from jev.tokenizer import jev_tokenizer_config, load_tokenizer, load_tokenizer_config
 
 DRAFTER_DIR = "drafter"
 UNSAVED = "unsaved"  # the model id of a decider built in memory: nothing measured for it is stored
@@ -99,7 +97,7 @@ class Decider:
         tokenizer_config: dict | None = None,
     ) -> None:
         """`policy` picks draft and verify lengths for text fields. With a drafter and no policy, the
-        load-aware scheduler is used on this machine's verify profile (`jev.engine.profiles`): the
+        load-aware scheduler is used on this machine's verify profile (`jev.generate.profiles`): the
         stored one, or one measured in the background, text fields decoding plainly until it is done."""
         self.model = model.eval()
         self.drafter = drafter

@@ -1,1 +1,0 @@
-"""Running the model: the one-pass decision runner and its checkpoint folder."""

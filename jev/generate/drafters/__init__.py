@@ -1,0 +1,40 @@
+"""Drafters: cheap models that propose the next few tokens for the target to verify
+(`jev.generate.drafters.protocol` says what a drafter does).
+
+A drafter folder says its kind in `drafter.json` ("autoregressive" when absent); `load_drafter`
+reads it and returns the right drafter, so callers need not know which kind they load.
+"""
+
+import json
+from pathlib import Path
+
+from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.drafters.dspark import DSparkDrafter
+from jev.generate.drafters.protocol import DRAFTER_FILE, Draft, Drafter, ReadsTargetStates
+from jev.model import Model
+
+KINDS = ("autoregressive", "dspark")
+__all__ = ["DRAFTER_FILE", "KINDS", "Draft", "Drafter", "ReadsTargetStates", "drafter_kind", "load_drafter"]
+
+
+def drafter_kind(path: str | Path) -> str:
+    """The kind a drafter folder declares in `drafter.json`; "autoregressive" when it says none."""
+    marker = Path(path) / DRAFTER_FILE
+    kind = json.loads(marker.read_text()).get("kind", "autoregressive") if marker.is_file() else "autoregressive"
+    if kind not in KINDS:
+        raise ValueError(f"{path}: unknown drafter kind {kind!r} (known: {', '.join(KINDS)})")
+    return kind
+
+
+def load_drafter(path: str | Path, target: Model) -> Drafter:
+    """The drafter in folder `path`, in the target's dtype, checked against the target's vocabulary."""
+    if drafter_kind(path) == "dspark":
+        return DSparkDrafter.load(path, target)
+    drafter = AutoregressiveDrafter.load(path, dtype=target.dtype)
+    drafter.model.to(target.device)
+    if drafter.model.config.vocab_size != target.config.vocab_size:
+        raise ValueError(
+            f"{path}: the drafter's vocabulary ({drafter.model.config.vocab_size}) is not the target's "
+            f"({target.config.vocab_size})"
+        )
+    return drafter
