@@ -27,7 +27,7 @@ PORT   ?= 8000
 ANSWER_WEIGHT ?= 0.3
 DECIDE_LR ?= 5e-4
 
-.PHONY: test lint serve bench bench-generate default-model base-model base-model-long bench-convert clean-venv
+.PHONY: test test-fast lint serve bench bench-generate default-model base-model base-model-long bench-convert clean-venv
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -48,6 +48,10 @@ $(SERVE_STAMP): pyproject.toml | $(PY)
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS)
+
+# Everyday work: everything but the tests marked slow (soak, statistical, installs, the shipped model).
+test-fast: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) -m "not slow"
 
 serve: $(SERVE_STAMP)
 	$(JEV) serve --model $(MODEL) --host $(HOST) --port $(PORT)

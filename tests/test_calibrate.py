@@ -12,7 +12,7 @@ from jev.evaluate.calibrate import calibrate
 from jev.schema import FieldPolicy, JevError, Task
 from schemas.mail import TASK as MAIL
 from schemas.mail import MailDecision, MailInput
-from tests.conftest import random_model, tiny_config, tiny_tokenizer
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 VALID = Path(__file__).parent / "fixtures" / "decide" / "valid.jsonl"
 STRICT = Task(

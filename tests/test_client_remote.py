@@ -10,9 +10,10 @@ from pydantic import BaseModel, Field
 from jev import Decided
 from jev.client import APIError, AsyncClient, AuthenticationError, Client, InvalidInputError, NotFoundError
 from jev.schema import SchemaMismatchError
-from jev.serve import ServeSettings, create_app
+from jev.serve.app import create_app
+from jev.serve.settings import ServeSettings
 from schemas.mail import MailDecision
-from tests.test_serve_support import Routing, TicketDecision, TicketInput, ticket, tiny_decider, wait_ready
+from tests.serving import Routing, TicketDecision, TicketInput, ticket, tiny_decider, wait_ready
 
 
 @pytest.fixture(scope="module")

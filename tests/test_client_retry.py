@@ -18,7 +18,7 @@ from jev.client import (
     ServerError,
     retry_after,
 )
-from tests.test_serve_support import free_port
+from tests.serving import free_port
 
 
 def flaky_app(failures: list[tuple[int, dict[str, str]]]) -> tuple[Litestar, list[float]]:

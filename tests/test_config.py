@@ -6,7 +6,7 @@ import pytest
 from transformers import DeepseekV32Config
 
 from jev.model.config import ConfigError, ModelConfig
-from tests.conftest import MOE, YARN, tiny_config
+from tests.tiny import MOE, YARN, tiny_config
 
 # The published DeepSeek-V3.2-Exp config.json, in the old `rope_scaling` spelling.
 DEEPSEEK_V32_EXP = {

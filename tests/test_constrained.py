@@ -11,7 +11,7 @@ from jev.generate.answer import AnswerTokens
 from jev.generate.constrained import ValueTrie, write_answers
 from jev.model import Model
 from jev.tokenizer import EOS_ID
-from tests.conftest import random_model, tiny_config, tiny_tokenizer
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 
 class Verdict(BaseModel):

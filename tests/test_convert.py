@@ -13,7 +13,7 @@ from jev.convert.llama import LlamaTeacher
 from jev.convert.source import half_split_to_interleaved, read_llama_folder
 from jev.tokenizer import save_tokenizer
 from jev.train.tokenizer import train_tokenizer
-from tests.conftest import rel_err
+from tests.tiny import rel_err
 
 VOCAB = 320
 

@@ -17,8 +17,8 @@ from jev.cli import main
 from jev.convert.llama import LlamaTeacher
 from jev.convert.source import SourceError, read_gguf
 from jev.model import Model
-from tests.conftest import rel_err
 from tests.test_convert import VOCAB, ids, tiny_llama
+from tests.tiny import rel_err
 
 BYTES = sorted(pre_tokenizers.ByteLevel.alphabet())
 TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *BYTES] + [f"<unused{i}>" for i in range(VOCAB - 259)]

@@ -21,7 +21,7 @@ from jev.schema import (
 from jev.schema.errors import UNKNOWN_FIELD
 from schemas.mail import TASK as MAIL_TASK
 from schemas.mail import MailDecision
-from tests.conftest import random_model, tiny_config, tiny_tokenizer
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 
 class Priority(Enum):

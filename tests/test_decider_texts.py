@@ -15,7 +15,7 @@ from jev.schema.answer import answer_segments, answer_text, parse_text, text_con
 from jev.tokenizer import EOS_ID
 from schemas.examples import TASK as EXAMPLE_TASK
 from schemas.mail import TASK as MAIL_TASK
-from tests.conftest import random_model, tiny_config, tiny_tokenizer
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 TICKETS = [
     {"subject": "refund", "body": "Win a free cruise now! refund please"},

@@ -5,14 +5,18 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from litestar.testing import TestClient
 
 import jev.decide.decider as decider_module
 from jev import Client, Decider
 from jev.model.base import BASE_FILE, BaseReference
-from jev.serve import ServeSettings, create_app
+from jev.serve.app import create_app
+from jev.serve.settings import ServeSettings
 from schemas.mail import MailDecision
-from tests.test_serve_support import wait_ready
+from tests.serving import wait_ready
+
+pytestmark = pytest.mark.slow
 
 MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
 MAIL = {"body": "Hi all,\n\nthe meeting moved to Tuesday; the agenda is attached.\n\nThanks, Ann"}

@@ -3,7 +3,7 @@
 import torch
 from jev.kernels import reference as ref
 
-from tests.conftest import random_model, rel_err, tiny_config
+from tests.tiny import random_model, rel_err, tiny_config
 
 GEN = torch.Generator().manual_seed(0)
 

@@ -12,9 +12,12 @@ import pytest
 import uvicorn
 
 from jev import Decider
-from jev.serve import ServeSettings, create_app
+from jev.serve.app import create_app
+from jev.serve.settings import ServeSettings
 from schemas.chat import ChatDecision
-from tests.test_serve_support import free_port, wait_ready
+from tests.serving import free_port, wait_ready
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "default"

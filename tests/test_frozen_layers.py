@@ -4,7 +4,7 @@ the embeddings included, learns from it exactly as before."""
 import pytest
 import torch
 
-from tests.conftest import random_model, tiny_config
+from tests.tiny import random_model, tiny_config
 
 IDS = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(1))
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from tests.conftest import random_model, rel_err, tiny_config
+from tests.tiny import random_model, rel_err, tiny_config
 
 IDS = torch.randint(0, 97, (2, 48), generator=torch.Generator().manual_seed(0))
 

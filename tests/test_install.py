@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 DEV_ONLY = {"pytest", "pytest-xdist", "ruff", "hypothesis", "transformers", "schemathesis", "playwright", "outlines"}
 MODEL = {"torch", "numpy", "triton", "scikit-learn", "safetensors", "tokenizers"}

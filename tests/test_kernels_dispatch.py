@@ -12,7 +12,7 @@ import pytest
 import torch
 from jev.kernels import backend, ops
 
-from tests.conftest import random_model, rel_err, tiny_config
+from tests.tiny import random_model, rel_err, tiny_config
 
 CPU = torch.zeros(1)
 

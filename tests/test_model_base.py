@@ -16,9 +16,9 @@ from transformers import DeepseekV32ForCausalLM
 from jev.cli import main
 from jev.model import Model
 from jev.model.base import BASE_FILE, BaseError, BaseReference
-from tests.conftest import rel_err
 from tests.test_convert import ids, tiny_llama
 from tests.test_convert_gguf import TEXT, write_gguf
+from tests.tiny import rel_err
 
 PACKAGE, VERSION, GGUF_NAME = "tinybase", "1.0", "tiny.gguf"
 

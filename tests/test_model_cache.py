@@ -5,7 +5,7 @@ import torch
 
 from jev.model import CacheFullError
 from jev.model.mla import AttentionBatch
-from tests.conftest import random_model, rel_err, tiny_config
+from tests.tiny import random_model, rel_err, tiny_config
 
 IDS = torch.randint(0, 97, (3, 72), generator=torch.Generator().manual_seed(0))
 

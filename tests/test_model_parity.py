@@ -5,7 +5,7 @@ import torch
 from transformers import DeepseekV32ForCausalLM
 
 from jev.model import Model
-from tests.conftest import MOE, YARN, random_model, rel_err, tiny_config
+from tests.tiny import MOE, YARN, random_model, rel_err, tiny_config
 
 TOL = 1e-4
 # An indexer score is exactly 0 when every head's ReLU is; such ties at the top-k boundary may be

@@ -17,7 +17,7 @@ from jev.schema import Task, render_input
 from jev.tokenizer import BOS_ID, save_tokenizer
 from schemas.chat import TASK as CHAT
 from schemas.mail import TASK as MAIL
-from tests.conftest import random_model, tiny_config, tiny_tokenizer
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 INPUTS = {
     "mail": [{"body": "Win a free cruise now!"}, {"body": "Re: patch for the kernel build\nSee the agenda."}],

@@ -9,7 +9,7 @@ from jev.generate import profiles
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.scheduler import LoadAwareScheduler, VerifyProfile
 from schemas.examples import TASK as EXAMPLE_TASK
-from tests.conftest import random_model, tiny_config, tiny_tokenizer
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 TICKET = {"subject": "refund", "body": "Win a free cruise now! refund please"}
 
@@ -135,7 +135,7 @@ def test_the_service_is_ready_and_answers_while_the_profile_is_measured(folder, 
 
     from jev.serve.app import create_app
     from jev.serve.engine import Engine
-    from tests.test_serve_support import wait_ready
+    from tests.serving import wait_ready
 
     measure = GatedMeasure()
     monkeypatch.setattr(VerifyProfile, "measure", measure)

@@ -6,7 +6,7 @@ import torch
 
 from jev.decide.decision import DecisionModel
 from jev.model.heads import HeadLayout, TaskHeads
-from tests.conftest import random_model, tiny_config
+from tests.tiny import random_model, tiny_config
 
 ROWS = [[5, 9, 2, 7, 11, 3], [4, 8], [13, 1, 6, 10]]
 LAYOUT = [HeadLayout("kind", 3, False), HeadLayout("tags", 4, True)]

@@ -1,6 +1,5 @@
 """`jev report` on a tiny calibrated decider: files, header, numbers equal to direct metrics, embedded images."""
 
-import argparse
 import hashlib
 import html
 import json
@@ -13,13 +12,14 @@ import torch
 
 from jev import Decider
 from jev.calibration import METRICS, bootstrap_ci
+from jev.cli import build_parser
 from jev.data.examples import read_examples
 from jev.decide.calibration import fit_calibration, label_arrays
 from jev.evaluate.calibrate import raw_probabilities
-from jev.evaluate.report import ReportSettings, add_report_command, build_report
+from jev.evaluate.report import ReportSettings, build_report
 from jev.schema import JevError
 from schemas.mail import TASK as MAIL
-from tests.conftest import random_model, tiny_config, tiny_tokenizer
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "decide"
 TRAIN, VALID = FIXTURES / "train.jsonl", FIXTURES / "valid.jsonl"
@@ -114,8 +114,7 @@ def test_page_names_every_field_and_embeds_every_image(report_dir: Path) -> None
 
 
 def test_command_with_baseline_writes_it_beside_jev(model_dir: Path, tmp_path: Path) -> None:
-    parser = argparse.ArgumentParser()
-    add_report_command(parser.add_subparsers())
+    parser = build_parser()
     argv = ["report", "--model", str(model_dir), "--task", "mail", "--data", str(VALID), "--out", str(tmp_path)]
     args = parser.parse_args([*argv, "--baseline-train", str(TRAIN), "--baseline-calib", str(VALID), "--n-boot", "5"])
     assert args.func(args) == 0

@@ -6,7 +6,7 @@ import torch
 
 from jev.model.config import yarn_mscale
 from jev.model.rope import RotaryEmbedding, rotate_half_split, rotate_interleaved, softmax_scale
-from tests.conftest import YARN, tiny_config
+from tests.tiny import YARN, tiny_config
 
 GEN = torch.Generator().manual_seed(0)
 

@@ -7,8 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from litestar.testing import TestClient
 
-from jev.serve import ServeSettings, create_app
-from tests.test_serve_support import MAX_INPUT_TOKENS, STRICT, TICKET, GatedEngine, ticket, tiny_decider, wait_ready
+from jev.serve.app import create_app
+from jev.serve.settings import ServeSettings
+from tests.serving import MAX_INPUT_TOKENS, STRICT, TICKET, GatedEngine, ticket, tiny_decider, wait_ready
 
 PROBLEM = "application/problem+json"
 

@@ -8,7 +8,7 @@ import pytest
 
 from jev.decide.decider import Encoded
 from jev.serve.batcher import Batcher, DeadlinePassedError, QueueFullError, ShuttingDownError
-from tests.test_serve_support import STRICT, TICKET
+from tests.serving import STRICT, TICKET
 
 
 class FakeEngine:

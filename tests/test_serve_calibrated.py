@@ -6,8 +6,8 @@ from litestar.testing import TestClient
 from jev.decide.bundle import MANIFEST_FILE
 from jev.decide.calibration import fit_calibration
 from jev.decide.decider import Decider
-from jev.serve import create_app
-from tests.test_serve_support import STRICT, tiny_decider, wait_ready
+from jev.serve.app import create_app
+from tests.serving import STRICT, tiny_decider, wait_ready
 
 
 def test_calibrated_model_reports_its_calibration(tmp_path):

@@ -17,8 +17,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from jev.serve import ServeSettings, create_app
-from tests.test_serve_support import free_port, tiny_decider, wait_ready
+from jev.serve.app import create_app
+from jev.serve.settings import ServeSettings
+from tests.serving import free_port, tiny_decider, wait_ready
 
 MAX_EXAMPLES = 5
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

@@ -9,8 +9,9 @@ from litestar.testing import TestClient
 
 from jev.decide.decider import NOTHING_TO_READ
 from jev.schema.errors import UNKNOWN_FIELD
-from jev.serve import ServeSettings, create_app
-from tests.test_serve_support import ticket, tiny_decider, wait_ready
+from jev.serve.app import create_app
+from jev.serve.settings import ServeSettings
+from tests.serving import ticket, tiny_decider, wait_ready
 
 PROBLEM = "application/problem+json"
 JSON = {"content-type": "application/json"}

@@ -15,8 +15,9 @@ import httpx
 import pytest
 import uvicorn
 
-from jev.serve import ServeSettings, create_app
-from tests.test_serve_support import free_port, tiny_decider, wait_ready
+from jev.serve.app import create_app
+from jev.serve.settings import ServeSettings
+from tests.serving import free_port, tiny_decider, wait_ready
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

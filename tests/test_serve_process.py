@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from jev.client import AsyncClient, AuthenticationError, Client
-from tests.test_serve_support import TicketDecision, server_process, ticket, tiny_decider
+from tests.serving import TicketDecision, server_process, ticket, tiny_decider
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,13 @@ import argparse
 
 import pytest
 
-from jev.serve.cli import add_serve_command, settings_from_args
+from jev.cli import build_parser
+from jev.serve.cli import settings_from_args
 from jev.serve.settings import ServeSettings
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="jev")
-    add_serve_command(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["serve", *argv])
+    return build_parser().parse_args(["serve", *argv])
 
 
 def test_env_variables_then_flags(monkeypatch):

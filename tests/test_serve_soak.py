@@ -14,7 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_serve_support import server_process, ticket, tiny_decider
+from tests.serving import server_process, ticket, tiny_decider
+
+pytestmark = pytest.mark.slow
 
 SECONDS = float(os.environ.get("JEV_SOAK_SECONDS", "30"))
 CONCURRENCY = 8

@@ -1,17 +1,17 @@
 """`jev train drafter`: distillation lowers KL to the target, and the folder drives speculative decoding."""
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
-from conftest import random_model, tiny_config, tiny_tokenizer
 
+from jev.cli import build_parser
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.loop import generate
 from jev.model import Model
 from jev.tokenizer import save_tokenizer
-from jev.train.drafter import add_drafter_command, drafter_config
+from jev.train.drafter import drafter_config
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 TEXT = ["Win a free cruise now!", "Meeting moved to Tuesday, see agenda.", "Re: patch for the kernel build"]
 
@@ -27,10 +27,9 @@ def test_drafter_command_distils_and_the_result_drafts(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(TEXT * 40))
 
-    parser = argparse.ArgumentParser()
-    add_drafter_command(parser.add_subparsers())
-    args = parser.parse_args(
+    args = build_parser().parse_args(
         [
+            "train",
             "drafter",
             "--target",
             str(tmp_path / "target"),

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import random_model, tiny_config, tiny_tokenizer
 from test_spec_statistical import Config, chi_square_p, holm, peaked_model, target_joint
 
+from jev.cli import build_parser
 from jev.generate.accept import SamplingSettings, sample_from, warp
 from jev.generate.drafters import Draft, ReadsTargetStates, load_drafter
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
@@ -20,8 +20,8 @@ from jev.generate.scheduler import LoadAwareScheduler, VerifyProfile
 from jev.model import LatentCache, Model
 from jev.ragged import pad_rows
 from jev.tokenizer import save_tokenizer
-from jev.train.drafter import add_drafter_command
 from jev.train.dspark import acceptance_outcomes, calibrate, fit_survival_calibration, survival_ece
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 V = 16
 PROMPTS = [[(7 * i + 3 * j) % V for j in range(2 + (5 * i) % 11)] for i in range(16)]
@@ -352,10 +352,9 @@ TEXT = ["Win a free cruise now!", "Meeting moved to Tuesday, see agenda.", "Re: 
 
 
 def train_args(tmp_path: Path, out: str, *extra: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_drafter_command(parser.add_subparsers())
-    return parser.parse_args(
+    return build_parser().parse_args(
         [
+            "train",
             "drafter",
             "--kind",
             "dspark",

@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-from conftest import random_model, tiny_config
 
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.loop import generate
 from jev.generate.scheduler import LoadAwareScheduler, VerifyProfile
 from jev.model import Model
+from tests.tiny import random_model, tiny_config
 
 PROMPTS = [[(7 * i + 3 * j) % 97 for j in range(1 + (5 * i) % 11)] for i in range(24)]
 NEW = 20

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from conftest import random_model, tiny_config
 
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.loop import generate
 from jev.generate.scheduler import FixedLength, LoadAwareScheduler, VerifyProfile
+from tests.tiny import random_model, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

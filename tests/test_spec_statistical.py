@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 
 import pytest
 import torch
-from conftest import random_model, tiny_config
 from scipy import stats
 
 from jev.generate import accept
@@ -33,6 +32,7 @@ from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.loop import generate
 from jev.generate.scheduler import FixedLength, LoadAwareScheduler, VerifyProfile
 from jev.model import Model
+from tests.tiny import random_model, tiny_config
 
 V = 16
 SAMPLES = int(os.environ.get("JEV_SPEC_SAMPLES", "250000"))
@@ -70,7 +70,7 @@ LEAN = dict(
 LEAN_SCALE = 6.0
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
 
 def peaked_model(layers: int, seed: int, shape: dict[str, int] = SMALL, scale: float = 3.0) -> Model:

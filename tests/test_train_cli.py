@@ -5,15 +5,14 @@ import json
 
 import pytest
 
+from jev.cli import build_parser
 from jev.model import ConfigError
-from jev.train.cli import add_lm_command, model_config
+from jev.train.cli import model_config
 from jev.train.presets import DEFAULT_MODEL_CONFIG, TINY_TEST_CONFIG
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="jev train")
-    add_lm_command(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(argv)
+    return build_parser().parse_args(["train", *argv])
 
 
 def test_lm_trains_and_prints_where_the_model_is(tmp_path, capsys):

@@ -19,7 +19,7 @@ from jev.tokenizer import EOS_ID
 from jev.train.decide import DecideSettings, TaskData, train_decisions
 from schemas.mail import TASK as MAIL
 from schemas.mail import MailDecision
-from tests.conftest import random_model, tiny_config, tiny_tokenizer, with_subjects
+from tests.tiny import random_model, tiny_config, tiny_tokenizer, with_subjects
 
 FIXTURES = Path(__file__).parent / "fixtures" / "decide"
 OTHER = dataclasses.replace(MAIL, name="other")  # a second task, for per-task early stopping

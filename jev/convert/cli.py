@@ -11,7 +11,14 @@ from jev.convert.heal import HealSettings
 from jev.convert.source import smollm2_gguf
 
 
-def add_convert_command(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Register `convert`, `export` and `pack`; each handler is stored as `args.func` and returns an exit code."""
+    _add_convert(commands)
+    _add_export(commands)
+    _add_pack(commands)
+
+
+def _add_convert(commands: argparse._SubParsersAction) -> None:
     ranks, heal = MLARanks(), HealSettings()
     parser = commands.add_parser(
         "convert",
@@ -78,7 +85,7 @@ def _run_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_export_command(commands: argparse._SubParsersAction) -> None:
+def _add_export(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "export",
         help="write a model folder standalone: every weight in it, none read from its base package",
@@ -99,7 +106,7 @@ def _run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_pack_command(commands: argparse._SubParsersAction) -> None:
+def _add_pack(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "pack",
         help="store a model folder's weight matrices as Q8_0 (int8 blocks), in place, to commit it",

@@ -4,16 +4,15 @@ Only `jev.json` changes: the calibration is plain numbers beside the weights, so
 never touches the model, and the Decider applies it to every later decision of the task.
 """
 
-import argparse
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from jev.data.examples import ROW_FORMAT, Example, read_examples
+from jev.data.examples import Example, read_examples
 from jev.decide.bundle import MANIFEST_FILE
-from jev.decide.calibration import METHODS, TaskCalibration, fit_calibration, label_arrays
+from jev.decide.calibration import TaskCalibration, fit_calibration, label_arrays
 from jev.decide.decider import Decider
 from jev.schema import Task
 
@@ -58,38 +57,3 @@ def calibrate(
     tasks[task.name] = calibration.to_dict()
     (model_dir / MANIFEST_FILE).write_text(decider.manifest.to_json())
     return calibration
-
-
-def add_calibrate_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "calibrate", help="fit a task's calibrators on held-out data and store them",
-        description="Fit one calibrator per closed field of a task on rows the model was not trained on and\n"
-        "store them in the model's jev.json: there is no --out, the model folder is updated in place,\n"
-        "and every later decision of the task uses them.",
-        epilog=ROW_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--model", type=Path, required=True, help="decider folder; its jev.json is updated")
-    parser.add_argument("--task", required=True, help="the task's name in the model, e.g. mail")
-    parser.add_argument("--data", type=Path, required=True, help="held-out JSONL rows (the calibration split)")
-    parser.add_argument("--method", choices=METHODS, default="temperature",
-                        help="calibrator for binary and multi-label fields; the others always use temperature "
-                        "(default: %(default)s)")
-    parser.add_argument("--target-precision", type=float, default=None,
-                        help="also report the abstain threshold reaching this precision and the coverage it leaves "
-                        "(default: not reported)")
-    parser.set_defaults(func=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    calibration = calibrate(args.model, args.task, args.data, args.method, args.target_precision)
-    print(f"calibrated task {args.task!r} of {args.model} on {calibration.data['rows']} rows ({args.method})")
-    for name, numbers in calibration.metrics.items():
-        before, after = numbers["before"], numbers["after"]
-        print(f"  {name}: ECE {before['ece']:.4f} -> {after['ece']:.4f}, NLL {before['nll']:.4f} -> {after['nll']:.4f}")
-    for name, threshold in calibration.thresholds.items():
-        if threshold["reached"]:
-            print(f"  {name}: abstain below {threshold['threshold']:.3f} for precision "
-                  f"{threshold['target_precision']:.3f}; answers {100 * threshold['coverage']:.1f}% of inputs")
-        else:
-            print(f"  {name}: precision {threshold['target_precision']} not reachable: {threshold['reason']}")
-    return 0

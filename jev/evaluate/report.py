@@ -13,7 +13,6 @@ TF-IDF anchor from the train and calib splits, and with a valid split also the M
 which picks its C there.
 """
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from jev.calibration import Calibrator, MultiLabelCalibrator
-from jev.data.examples import ROW_FORMAT
 from jev.decide.calibration import TaskCalibration
 from jev.decide.decider import Decider
 from jev.digest import file_sha256
@@ -184,51 +182,3 @@ def build_report(settings: ReportSettings) -> Path:
     from jev.calibration import write_report  # matplotlib, which only reports need (the train extra)
 
     return write_report(fields, settings.out, n_boot=settings.n_boot, seed=settings.seed, header=header, title=title)
-
-
-def add_report_command(subparsers: argparse._SubParsersAction) -> None:
-    """Register `report`; its handler is stored as `args.func` and returns an exit code."""
-    parser = subparsers.add_parser(
-        "report",
-        help="quality and calibration of a task on labelled data, as report.html + metrics.json",
-        description="Per closed field: accuracy, NLL, Brier, ECE and more before/after calibration with\n"
-        "bootstrap intervals, figures, conformal coverage, and optionally the TF-IDF and MiniLM baselines\n"
-        "beside Jev.",
-        epilog=ROW_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--model", type=Path, required=True, help="decider folder")
-    parser.add_argument("--task", required=True, help="the task's name in the model, e.g. mail")
-    parser.add_argument("--data", type=Path, required=True, help="labelled JSONL rows to evaluate (the test split)")
-    parser.add_argument("--out", type=Path, required=True,
-                        help="folder for report.html, metrics.json and PNGs (created if missing)")
-    parser.add_argument("--baseline-train", type=Path, default=None,
-                        help="train split for the baselines, given with --baseline-calib (default: no baseline)")
-    parser.add_argument("--baseline-calib", type=Path, default=None,
-                        help="calibration split for the baselines, given with --baseline-train (default: no baseline)")
-    parser.add_argument("--baseline-valid", type=Path, default=None,
-                        help="valid split on which the MiniLM baseline picks C; given with the two above, adds "
-                        "all-MiniLM-L6-v2 embeddings + LogisticRegression beside TF-IDF (default: TF-IDF only)")
-    parser.add_argument("--n-boot", type=int, default=1000,
-                        help="bootstrap resamples per interval (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples (default: %(default)s)")
-    parser.add_argument("--skip-invalid", action="store_true",
-                        help="drop rows that fail validation (default: any invalid row stops the run)")
-    parser.set_defaults(func=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    settings = ReportSettings(
-        model=args.model,
-        task=args.task,
-        data=args.data,
-        out=args.out,
-        baseline_train=args.baseline_train,
-        baseline_calib=args.baseline_calib,
-        baseline_valid=args.baseline_valid,
-        n_boot=args.n_boot,
-        seed=args.seed,
-        skip_invalid=args.skip_invalid,
-    )
-    path = build_report(settings)
-    print(f"wrote {path} (metrics.json and figures beside it)")
-    return 0

@@ -15,8 +15,8 @@ from jev.schema import JevError
 from jev.serve.settings import ServeSettings, env_name
 
 
-def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register `serve` on the `jev` command line; the handler is `args.func`."""
+def add_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `serve`; the handler is stored as `args.func` and returns an exit code."""
     parser = subparsers.add_parser(
         "serve", help="serve a model over HTTP",
         description="Serve a decider folder: decisions, tasks, models, health, metrics and a page at /.",
@@ -66,7 +66,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`python -m jev.serve.cli ...`, the same as `jev serve ...`."""
     parser = argparse.ArgumentParser(prog="jev")
-    add_serve_command(parser.add_subparsers(dest="command", required=True))
+    add_commands(parser.add_subparsers(dest="command", required=True))
     return run(parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)]))
 
 

@@ -1,19 +1,35 @@
-"""`jev train lm`: the argparse hook the main CLI mounts under `train`.
+"""`jev train lm | decide | drafter`: the command lines over `jev.train.lm`, `jev.train.decide` and the
+drafter distillations (`jev.train.drafter`, `jev.train.dspark`).
 
-Run it under `torchrun --nproc_per_node N` to train on N processes; nothing else changes.
+Run `jev train lm` under `torchrun --nproc_per_node N` to train on N processes; nothing else changes.
 """
 
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
+from jev.command import MODEL_HELP, model_folder
+from jev.data.examples import ROW_FORMAT
+from jev.generate.drafters.dspark import DSparkConfig
 from jev.model import ModelConfig
+from jev.schema import JevError, load_task
+from jev.train.answer_corpus import AnswerDocuments
+from jev.train.drafter import DrafterSettings, distill, drafter_config
+from jev.train.dspark import DSparkSettings, distill_dspark
 from jev.train.lm import LMSettings, pretrain
 from jev.train.presets import PRESETS
 
 
-def add_lm_command(train_subparsers: argparse._SubParsersAction) -> None:
-    """Register `lm`; its handler is stored as `args.func` and returns an exit code."""
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Register `train` and its three commands; each handler is stored as `args.func` and returns an exit code."""
+    train = commands.add_parser("train", help="train a model").add_subparsers(dest="what", required=True)
+    _add_lm(train)
+    _add_drafter(train)
+    _add_decide(train)
+
+
+def _add_lm(train_subparsers: argparse._SubParsersAction) -> None:
     parser = train_subparsers.add_parser("lm", help="pretrain the language model on text (tokenizer included)")
     parser.add_argument(
         "--corpus",
@@ -72,4 +88,171 @@ def _run_lm(args: argparse.Namespace) -> int:
     out = pretrain(settings)
     if os.environ.get("RANK", "0") == "0":
         print(f"wrote the model to {out}")
+    return 0
+
+
+def _add_decide(train: argparse._SubParsersAction) -> None:
+    parser = train.add_parser(
+        "decide",
+        help="fine-tune decision heads and the backbone",
+        description="Fine-tune one or more tasks on one backbone. Repeat --task/--data/--valid per task, in\n"
+        "order; the folder written holds only the tasks given here.",
+        epilog=ROW_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--task", action="append", required=True, help="module:NAME, e.g. schemas.mail:TASK")
+    parser.add_argument("--data", action="append", required=True, type=Path, help="training JSONL per task")
+    parser.add_argument("--valid", action="append", required=True, type=Path,
+                        help="validation JSONL per task (picks the best epoch)")
+    parser.add_argument("--out", required=True, type=Path, help="the decider folder to write (created if missing)")
+    parser.add_argument("--base", type=Path, default=None,
+                        help="backbone + tokenizer to start from " + MODEL_HELP.removeprefix("decider folder "))
+    parser.add_argument("--epochs", type=int, default=3, help="passes over the training rows (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=16, help="rows per step (default: %(default)s)")
+    parser.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (default: %(default)s)")
+    parser.add_argument("--max-input-tokens", type=int, default=256,
+                        help="longest input the model reads; longer ones are refused or truncated per task "
+                        "(default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the heads and the shuffle (default: %(default)s)")
+    parser.add_argument(
+        "--answer-weight",
+        type=float,
+        default=0.0,
+        help="weight of the language-modelling loss on each row's answer written as JSON "
+        "(default: %(default)s, heads only)",
+    )
+    parser.add_argument(
+        "--task-answer-weight", action="append", default=[], metavar="NAME=W",
+        help="a task's own answer-loss weight, by the task's name (e.g. mail=0.1); repeatable (default: "
+        "--answer-weight for every task)",
+    )
+    parser.add_argument(
+        "--answer-frozen-layers", type=int, default=0, metavar="N",
+        help="the answer loss leaves the weights of the N lowest layers to the heads (default 0: it trains all)",
+    )
+    parser.add_argument(
+        "--frozen-layers", type=int, default=None, metavar="N",
+        help="keep the embeddings and the N lowest layers as the base has them; the field queries join at "
+        "layer N, and each row's states entering it are computed once (default: the base decider's, or 0 "
+        "for a plain backbone; the shipped model uses 27)",
+    )
+    parser.add_argument("--frozen-mlps", action="store_true",
+                        help="keep the MLPs above the frozen layers too: only attention, norms and heads learn, "
+                        "and a folder on a registry base stores no MLP weights (default: they learn)")
+    parser.add_argument("--patience", type=int, default=1,
+                        help="a task stops training after this many epochs without a better validation loss "
+                        "(default: %(default)s)")
+    parser.add_argument("--precision", choices=["auto", "float32", "bfloat16"], default="auto",
+                        help="arithmetic of training steps; auto is bfloat16 autocast where the CPU has native "
+                        "bfloat16 (AVX-512 BF16, AMX), else float32 (default: %(default)s)")
+    parser.add_argument("--skip-invalid", action="store_true",
+                        help="drop rows that fail validation (default: any invalid row stops the run)")
+    parser.set_defaults(func=_run_decide)
+
+def _run_decide(args: argparse.Namespace) -> int:
+    from jev.train.decide import DecideSettings, TaskData, train_decisions
+
+    if not len(args.task) == len(args.data) == len(args.valid):
+        raise JevError("give one --data and one --valid for each --task, in the same order")
+    overrides = _task_weights(args.task_answer_weight)
+    tasks = [
+        TaskData(reference, task, train, valid, overrides.pop(task.name, None))
+        for reference, train, valid in zip(args.task, args.data, args.valid, strict=True)
+        for task in [load_task(reference)]
+    ]
+    if overrides:
+        raise JevError(f"--task-answer-weight names tasks this run does not train: {sorted(overrides)}")
+    out = train_decisions(
+        DecideSettings(
+            tasks=tasks, base=model_folder(args.base, "--base"), out=args.out, epochs=args.epochs,
+            batch_size=args.batch_size, lr=args.lr, max_input_tokens=args.max_input_tokens, seed=args.seed,
+            skip_invalid=args.skip_invalid,
+            answer_weight=args.answer_weight, answer_frozen_layers=args.answer_frozen_layers,
+            frozen_layers=args.frozen_layers, frozen_mlps=args.frozen_mlps, patience=args.patience,
+            autocast=AUTOCAST[args.precision],
+        )
+    )
+    print(f"wrote a decider to {out}")
+    return 0
+
+AUTOCAST = {"auto": None, "float32": False, "bfloat16": True}  # --precision as DecideSettings.autocast
+
+def _task_weights(entries: list[str]) -> dict[str, float]:
+    """`NAME=W` entries as {name: weight}; a malformed entry is a clear error, not a traceback."""
+    weights = {}
+    for entry in entries:
+        name, _, value = entry.partition("=")
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise JevError(f"--task-answer-weight wants NAME=W with W a number, got {entry!r}") from None
+        if not name or weights[name] < 0:
+            raise JevError(f"--task-answer-weight wants NAME=W with a task name and W >= 0, got {entry!r}")
+    return weights
+
+
+def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
+    parser = train_subparsers.add_parser(
+        "drafter", help="distil a drafter (a small autoregressive LM, or DSpark's block drafter) from a target model"
+    )
+    parser.add_argument(
+        "--kind", choices=("autoregressive", "dspark"), default="autoregressive", help="the drafter to train"
+    )
+    parser.add_argument("--target", type=Path, required=True, help="the target model folder (with tokenizer.json)")
+    parser.add_argument("--corpus", type=Path, nargs="+", required=True, help=".txt / .jsonl files or folders")
+    parser.add_argument(
+        "--task",
+        default=None,
+        help="module:NAME: read the --corpus JSONL rows as this task's inputs followed by their JSON answers",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="drafter folder to write, e.g. models/default/drafter")
+    parser.add_argument("--layers", type=int, default=1, help="drafter layers (1-2; dspark: block predictor layers)")
+    parser.add_argument("--hidden-size", type=int, default=128, help="drafter width")
+    dspark = DSparkSettings(target=Path(), texts=[], out=Path(), config=DSparkConfig(hidden_size=1, vocab_size=1))
+    parser.add_argument(
+        "--positions",
+        type=int,
+        default=dspark.config.positions,
+        help="(dspark) tokens one drafter pass proposes: the largest draft length it serves",
+    )
+    parser.add_argument("--markov-rank", type=int, default=dspark.config.markov_rank, help="(dspark) Markov head rank")
+    parser.add_argument("--no-markov", action="store_true", help="(dspark) no Markov head: the parallel-only ablation")
+    parser.add_argument(
+        "--anchors", type=int, default=dspark.anchors, help="(dspark) drafted blocks trained per text block and step"
+    )
+    defaults = DrafterSettings(target=Path(), texts=[], out=Path(), config=ModelConfig())
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--block-size", type=int, default=defaults.block_size)
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.set_defaults(func=_run_drafter)
+
+def _run_drafter(args: argparse.Namespace) -> int:
+    target_config = ModelConfig.load(args.target)
+    if args.task:
+        args.corpus = AnswerDocuments(args.task, args.corpus)
+    if args.kind == "dspark":
+        return _run_dspark(args, target_config)
+    settings = DrafterSettings(config=drafter_config(target_config, args.layers, args.hidden_size), **_shared(args))
+    print(f"wrote the drafter to {distill(settings)}")
+    return 0
+
+def _shared(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings both drafter kinds take from the command line."""
+    return {
+        "target": args.target, "texts": args.corpus, "out": args.out, "block_size": args.block_size,
+        "batch_size": args.batch_size, "steps": args.steps, "lr": args.lr, "seed": args.seed,
+    }
+
+def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
+    config = DSparkConfig.for_target(
+        target_config,
+        width=args.hidden_size,
+        layers=args.layers,
+        heads=max(1, args.hidden_size // 32),
+        positions=args.positions,
+        markov_rank=0 if args.no_markov else args.markov_rank,
+    )
+    settings = DSparkSettings(config=config, anchors=args.anchors, **_shared(args))
+    print(f"wrote the DSpark drafter to {distill_dspark(settings)}")
     return 0

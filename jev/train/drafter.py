@@ -11,7 +11,6 @@ should match what the target would say, not what the corpus says. The output fol
 `AutoregressiveDrafter.load` or `jev.generate.drafters.load_drafter`.
 """
 
-import argparse
 import json
 import time
 from dataclasses import dataclass, replace
@@ -21,13 +20,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from jev.generate.drafters.dspark import DSparkConfig
 from jev.model import Model, ModelConfig
 from jev.tokenizer import load_tokenizer, load_tokenizer_config, save_tokenizer
-from jev.train.answer_corpus import AnswerDocuments
 from jev.train.blocks import TokenBlocks
 from jev.train.corpus import TextSource, describe_source, read_documents
-from jev.train.dspark import DSparkSettings, distill_dspark
 from jev.train.lm import init_weights
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.provenance import git_commit
@@ -151,75 +147,3 @@ def _provenance(settings: DrafterSettings, losses: list[float], acceptance: floa
         "wall_seconds": time.perf_counter() - started,
         "git_commit": git_commit(),
     }
-
-
-def add_drafter_command(train_subparsers: argparse._SubParsersAction) -> None:
-    """Register `drafter`; its handler is stored as `args.func` and returns an exit code."""
-    parser = train_subparsers.add_parser(
-        "drafter", help="distil a drafter (a small autoregressive LM, or DSpark's block drafter) from a target model"
-    )
-    parser.add_argument(
-        "--kind", choices=("autoregressive", "dspark"), default="autoregressive", help="the drafter to train"
-    )
-    parser.add_argument("--target", type=Path, required=True, help="the target model folder (with tokenizer.json)")
-    parser.add_argument("--corpus", type=Path, nargs="+", required=True, help=".txt / .jsonl files or folders")
-    parser.add_argument(
-        "--task",
-        default=None,
-        help="module:NAME: read the --corpus JSONL rows as this task's inputs followed by their JSON answers",
-    )
-    parser.add_argument("--out", type=Path, required=True, help="drafter folder to write, e.g. models/default/drafter")
-    parser.add_argument("--layers", type=int, default=1, help="drafter layers (1-2; dspark: block predictor layers)")
-    parser.add_argument("--hidden-size", type=int, default=128, help="drafter width")
-    dspark = DSparkSettings(target=Path(), texts=[], out=Path(), config=DSparkConfig(hidden_size=1, vocab_size=1))
-    parser.add_argument(
-        "--positions",
-        type=int,
-        default=dspark.config.positions,
-        help="(dspark) tokens one drafter pass proposes: the largest draft length it serves",
-    )
-    parser.add_argument("--markov-rank", type=int, default=dspark.config.markov_rank, help="(dspark) Markov head rank")
-    parser.add_argument("--no-markov", action="store_true", help="(dspark) no Markov head: the parallel-only ablation")
-    parser.add_argument(
-        "--anchors", type=int, default=dspark.anchors, help="(dspark) drafted blocks trained per text block and step"
-    )
-    defaults = DrafterSettings(target=Path(), texts=[], out=Path(), config=ModelConfig())
-    parser.add_argument("--steps", type=int, default=defaults.steps)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--block-size", type=int, default=defaults.block_size)
-    parser.add_argument("--lr", type=float, default=defaults.lr)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.set_defaults(func=_run_drafter)
-
-
-def _run_drafter(args: argparse.Namespace) -> int:
-    target_config = ModelConfig.load(args.target)
-    if args.task:
-        args.corpus = AnswerDocuments(args.task, args.corpus)
-    if args.kind == "dspark":
-        return _run_dspark(args, target_config)
-    settings = DrafterSettings(config=drafter_config(target_config, args.layers, args.hidden_size), **_shared(args))
-    print(f"wrote the drafter to {distill(settings)}")
-    return 0
-
-
-def _shared(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings both drafter kinds take from the command line."""
-    return {
-        "target": args.target, "texts": args.corpus, "out": args.out, "block_size": args.block_size,
-        "batch_size": args.batch_size, "steps": args.steps, "lr": args.lr, "seed": args.seed,
-    }
-
-
-def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
-    config = DSparkConfig.for_target(
-        target_config,
-        width=args.hidden_size,
-        layers=args.layers,
-        heads=max(1, args.hidden_size // 32),
-        positions=args.positions,
-        markov_rank=0 if args.no_markov else args.markov_rank,
-    )
-    settings = DSparkSettings(config=config, anchors=args.anchors, **_shared(args))
-    print(f"wrote the DSpark drafter to {distill_dspark(settings)}")
-    return 0

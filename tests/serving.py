@@ -24,7 +24,7 @@ from jev.decide.decider import Decider, Encoded
 from jev.schema import Decided, Task
 from jev.serve.engine import Engine
 from schemas.mail import TASK as MAIL_TASK
-from tests.conftest import random_model, tiny_config, tiny_tokenizer
+from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_INPUT_TOKENS = 96
@@ -66,7 +66,7 @@ class ShortInput(BaseModel):
 TICKET = Task(name="ticket", input_model=TicketInput, decision_model=TicketDecision, description="Route a ticket.")
 STRICT = Task(name="strict", input_model=ShortInput, decision_model=Routing, description="No truncation.")
 TASKS = {
-    "tests.test_serve_support:TICKET": TICKET, "tests.test_serve_support:STRICT": STRICT,
+    "tests.serving:TICKET": TICKET, "tests.serving:STRICT": STRICT,
     "schemas.mail:TASK": MAIL_TASK,
 }
 
