@@ -20,6 +20,7 @@ from typing import Any
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from jev.decide.kinds import kind_of
 from jev.model import CheckpointError, Model
 from jev.model.base import BASE_FILE
 from jev.model.checkpoint import WEIGHTS_FILE
@@ -77,7 +78,7 @@ class Manifest:
 
 def head_layouts(spec: DecisionSpec) -> list[HeadLayout]:
     """One head per closed field, sized by its values (labels for multi-label fields)."""
-    return [HeadLayout(f.name, f.n_values, f.kind == "multilabel") for f in spec.closed_fields]
+    return [HeadLayout(f.name, f.n_values, kind_of(f).multilabel) for f in spec.closed_fields]
 
 
 def save_heads(folder: Path, heads: dict[str, TaskHeads]) -> None:

@@ -22,6 +22,7 @@ from jev.calibration import (
     threshold_for_precision,
 )
 from jev.calibration.calibrators import Calibrator
+from jev.decide.kinds import kind_of
 from jev.schema import FieldSpec, Task
 
 DEFAULT_COVERAGE = 0.9
@@ -73,12 +74,6 @@ class TaskCalibration:
         )
 
 
-def field_method(spec: FieldSpec, method: str) -> str:
-    """The calibration method a field gets: `method` if it calibrates one probability, else temperature."""
-    binary = spec.kind == "multilabel" or spec.n_values == 2
-    return method if binary else "temperature"
-
-
 def fit_calibration(
     task: Task,
     raw: dict[str, np.ndarray],
@@ -92,9 +87,11 @@ def fit_calibration(
     calibrators, conformal, metrics, thresholds = {}, {}, {}, {}
     for spec in task.spec.closed_fields:
         probs, y = raw[spec.name], labels[spec.name]
-        calibrator = make_calibrator(field_method(spec, method), spec.kind, spec.n_values).fit(probs, y)
+        kind = kind_of(spec)
+        calibrator = make_calibrator(kind.calibration_method(spec.n_values, method), spec.kind, spec.n_values)
+        calibrator.fit(probs, y)
         calibrators[spec.name] = calibrator
-        if spec.kind == "multilabel":
+        if kind.multilabel:
             continue
         calibrated = np.asarray(calibrator.predict_proba(probs))
         policy = task.policies.get(spec.name)

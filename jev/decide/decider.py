@@ -33,6 +33,7 @@ from jev.decide.bundle import (
 )
 from jev.decide.calibration import TaskCalibration
 from jev.decide.decision import DecisionModel
+from jev.decide.kinds import kind_of
 from jev.generate.answer import AnswerTokens
 from jev.generate.drafters import Drafter, load_drafter
 from jev.generate.profiles import ProfileMeasurement, load_profile
@@ -338,7 +339,7 @@ class Decider:
             {f.name: dict(zip(f.values, probs[f.name][row].tolist(), strict=True)) for f in fields}
             for row in range(len(batch))
         ]
-        closed = [{f.name: _choose(f.kind, table[f.name]) for f in fields} for table in tables]
+        closed = [{f.name: kind_of(f).choose(table[f.name]) for f in fields} for table in tables]
         texts = self._write_texts(task, token_ids, closed, cache) if cache is not None else None
         compute_ms = 1e3 * (time.perf_counter() - start)
         sets = self._conformal_sets(task, probs)
@@ -412,7 +413,7 @@ class Decider:
 
     def _outcome(self, task: Task, spec: FieldSpec, table: dict[Any, float], in_set: np.ndarray | None) -> FieldOutcome:
         """Apply the field's declared policy to one row's calibrated probabilities (and set membership)."""
-        confidence = _confidence(spec.kind, table)
+        confidence = kind_of(spec).confidence(table)
         threshold = (task.policies.get(spec.name) or FieldPolicy()).abstain_below
         prediction_set, coverage = None, None
         if in_set is not None:
@@ -447,17 +448,3 @@ def task_reference(task: Task) -> str:
             if value is task:
                 return f"{module_name}:{name}"
     return "module:TASK"
-
-
-def _choose(kind: str, table: dict[Any, float]) -> Any:
-    """The most probable value, or for multi-label every label with p >= 0.5."""
-    if kind == "multilabel":
-        return [label for label, p in table.items() if p >= 0.5]
-    return max(table, key=table.__getitem__)
-
-
-def _confidence(kind: str, table: dict[Any, float]) -> float:
-    """The top probability; for multi-label, the least certain label's probability of its own call."""
-    if kind == "multilabel":
-        return min(max(p, 1.0 - p) for p in table.values())
-    return max(table.values())

@@ -30,6 +30,7 @@ from sklearn.pipeline import Pipeline, make_pipeline
 
 from jev.calibration.metrics import nll
 from jev.data.examples import Example, read_examples
+from jev.decide.kinds import kind_of
 from jev.schema import FieldSpec, JevError, Task, render_input
 
 TFIDF_NAME = "TF-IDF + LogisticRegression"
@@ -184,7 +185,7 @@ def fit_picking_c(
 def _label_columns(spec: FieldSpec, labels: Sequence[dict[str, int | list[int]]]) -> dict[str, tuple[int, np.ndarray]]:
     """Per reported field its number of values and label indices; multi-label fields per label, as 0/1."""
     array = np.array([row[spec.name] for row in labels])
-    if spec.kind != "multilabel":
+    if not kind_of(spec).multilabel:
         return {spec.name: (spec.n_values, array)}
     return {f"{spec.name}[{label}]": (2, array[:, j]) for j, label in enumerate(spec.values)}
 

@@ -22,6 +22,7 @@ import numpy as np
 from jev.calibration import Calibrator, MultiLabelCalibrator
 from jev.decide.calibration import TaskCalibration
 from jev.decide.decider import Decider
+from jev.decide.kinds import kind_of
 from jev.digest import file_sha256
 from jev.evaluate.baseline import (
     C_GRID,
@@ -69,7 +70,7 @@ def field_views(spec: FieldSpec, raw: np.ndarray, calibrated: np.ndarray, y: np.
 
     A multi-label head scores each label independently, so each label is its own calibration problem.
     """
-    if spec.kind != "multilabel":
+    if not kind_of(spec).multilabel:
         return {spec.name: {"raw": raw, "calibrated": calibrated, "y": y, "values": [str(v) for v in spec.values]}}
     return {
         f"{spec.name}[{label}]": {

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from jev.decide.kinds import kind_of
 from jev.schema import Decided, FieldSpec
 from jev.serve.batcher import BatchStats
 
@@ -93,7 +94,4 @@ def _confidence(result: Decided, field: FieldSpec) -> float:
     outcome = result.outcomes.get(field.name)
     if outcome is not None:
         return outcome.confidence
-    table = result.probs[field.name]
-    if field.kind == "multilabel":
-        return min((max(p, 1 - p) for p in table.values()), default=1.0)
-    return max(table.values())
+    return kind_of(field).confidence(result.probs[field.name])

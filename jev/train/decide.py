@@ -35,13 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from jev.data.examples import Example, read_examples
 from jev.decide.bundle import HEADS_FILE, Manifest, head_layouts, load_heads
 from jev.decide.decider import Decider
 from jev.decide.decision import DecisionModel
+from jev.decide.kinds import kind_of
 from jev.generate.answer import AnswerTokens
 from jev.model import Model
 from jev.schema import JevError, Task
@@ -114,10 +114,7 @@ def field_loss_terms(task: Task, logits: list[torch.Tensor], batch: list[Example
     terms = {}
     for spec, field_logits in zip(task.spec.closed_fields, logits, strict=True):
         target = torch.tensor([example.label[spec.name] for example in batch], device=field_logits.device)
-        if spec.kind == "multilabel":
-            terms[spec.name] = F.binary_cross_entropy_with_logits(field_logits, target.float())
-        else:
-            terms[spec.name] = F.cross_entropy(field_logits, target)
+        terms[spec.name] = kind_of(spec).loss(field_logits, target)
     return terms
 
 
@@ -182,9 +179,7 @@ def evaluate(model: DecisionModel, task: Task, examples: list[Example], batch_si
             loss += float(field_losses(task, logits, batch)) * len(batch)
             for spec, field_logits in zip(task.spec.closed_fields, logits, strict=True):
                 target = torch.tensor([e.label[spec.name] for e in batch])
-                guess = (field_logits > 0).long() if spec.kind == "multilabel" else field_logits.argmax(-1)
-                matches = (guess == target).all(-1) if spec.kind == "multilabel" else guess == target
-                correct[spec.name] += int(matches.sum())
+                correct[spec.name] += int(kind_of(spec).correct(field_logits, target).sum())
             count += len(batch)
     model.train()
     scores = {"loss": loss / count, **{f"accuracy.{name}": hits / count for name, hits in correct.items()}}
