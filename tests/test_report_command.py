@@ -45,7 +45,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     raw = raw_probabilities(decider, MAIL, examples)
     calibration = fit_calibration(MAIL, raw, label_arrays(MAIL.spec.closed_fields, [e.label for e in examples]))
     calibration.data = {"sha256": hashlib.sha256(TRAIN.read_bytes()).hexdigest()}
-    decider.manifest.calibration = {"tasks": {"mail": calibration.to_dict()}}
+    decider.manifest.calibrations["mail"] = calibration
     folder = tmp_path_factory.mktemp("model")
     decider.save(folder)
     return folder

@@ -15,7 +15,7 @@ def test_calibrated_model_reports_its_calibration(tmp_path):
     rng = np.random.default_rng(0)
     raw = {f.name: rng.dirichlet(np.ones(f.n_values), size=200) for f in STRICT.spec.closed_fields}
     labels = {f.name: rng.integers(0, f.n_values, size=200) for f in STRICT.spec.closed_fields}
-    decider.manifest.calibration["tasks"] = {"strict": fit_calibration(STRICT, raw, labels).to_dict()}
+    decider.manifest.calibrations["strict"] = fit_calibration(STRICT, raw, labels)
     decider.save(tmp_path)
     assert "strict" in (tmp_path / MANIFEST_FILE).read_text()
 

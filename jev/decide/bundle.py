@@ -20,6 +20,7 @@ from typing import Any
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from jev.decide.calibration import TaskCalibration
 from jev.decide.kinds import kind_of
 from jev.model import CheckpointError, Model
 from jev.model.base import BASE_FILE
@@ -49,12 +50,19 @@ class Manifest:
 
     tasks: dict[str, TaskEntry]
     training: dict[str, Any] = field(default_factory=dict)
-    calibration: dict[str, Any] = field(default_factory=dict)
+    calibrations: dict[str, TaskCalibration] = field(default_factory=dict)  # by task; `jev calibrate` fits them
     format_version: int = FORMAT_VERSION
     query_layer: int = 0  # the layer the field queries join the input at (`DecisionModel`)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+        raw = {
+            "tasks": {name: asdict(entry) for name, entry in self.tasks.items()},
+            "training": self.training,
+            "calibration": {"tasks": {name: c.to_dict() for name, c in self.calibrations.items()}},
+            "format_version": self.format_version,
+            "query_layer": self.query_layer,
+        }
+        return json.dumps(raw, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def read(cls, folder: Path) -> "Manifest":
@@ -66,10 +74,11 @@ class Manifest:
                     f"{file} has format_version {raw.get('format_version')!r}; this Jev reads {FORMAT_VERSION}"
                 )
             tasks = {name: TaskEntry(**entry) for name, entry in raw["tasks"].items()}
-            return cls(
-                tasks, raw.get("training", {}), raw.get("calibration", {}), raw["format_version"],
-                raw.get("query_layer", 0),
-            )
+            calibrations = {
+                name: TaskCalibration.from_dict(fitted)
+                for name, fitted in raw.get("calibration", {}).get("tasks", {}).items()
+            }
+            return cls(tasks, raw.get("training", {}), calibrations, raw["format_version"], raw.get("query_layer", 0))
         except FileNotFoundError as exc:
             raise CheckpointError(f"{folder} is not a Jev decider: no {MANIFEST_FILE}") from exc
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:

@@ -116,12 +116,14 @@ class Decider:
         self.bos_id = model.config.bos_token_id
         if self.bos_id is None or not 0 <= self.bos_id < tokenizer.get_vocab_size(with_added_tokens=True):
             raise JevError(f"the model's bos_token_id {self.bos_id} is not a token of its tokenizer")
-        self.calibrations = {
-            name: TaskCalibration.from_dict(raw) for name, raw in manifest.calibration.get("tasks", {}).items()
-        }
         self.model_id = model_id
         self._compute = threading.Lock()
         self.profiling: ProfileMeasurement | None = None
+
+    @property
+    def calibrations(self) -> dict[str, TaskCalibration]:
+        """Each calibrated task's calibration, as the folder's `jev.json` holds it."""
+        return self.manifest.calibrations
 
     def start_profiling(self) -> None:
         """Give a drafter its load-aware scheduler: from the profile stored for this model and

@@ -53,7 +53,6 @@ def calibrate(
     labels = label_arrays(task.spec.closed_fields, [e.label for e in examples])
     calibration = fit_calibration(task, raw, labels, method, target_precision)
     calibration.data = file_identity(data)
-    tasks = decider.manifest.calibration.setdefault("tasks", {})
-    tasks[task.name] = calibration.to_dict()
+    decider.manifest.calibrations[task.name] = calibration
     (model_dir / MANIFEST_FILE).write_text(decider.manifest.to_json())
     return calibration

@@ -53,7 +53,7 @@ class ModelConfig:
 
     vocab_size: int = 8192
     hidden_size: int = 256
-    intermediate_size: int = 704
+    intermediate_size: int = 640
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
     q_lora_rank: int = 64
@@ -62,7 +62,7 @@ class ModelConfig:
     qk_rope_head_dim: int = 16
     v_head_dim: int = 32
     index_n_heads: int = 4
-    index_head_dim: int = 32
+    index_head_dim: int = 16
     index_topk: int = 64
     first_k_dense_replace: int = 4
     moe_intermediate_size: int = 128
@@ -73,14 +73,14 @@ class ModelConfig:
     topk_group: int = 1
     routed_scaling_factor: float = 1.0
     norm_topk_prob: bool = True
-    max_position_embeddings: int = 16384
+    max_position_embeddings: int = 4096
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     rope_scaling: dict[str, Any] | None = None
     tie_word_embeddings: bool = False
     bos_token_id: int | None = 0
     eos_token_id: int | None = 1
-    pad_token_id: int | None = None
+    pad_token_id: int | None = 2
     mlp_layer_types: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -43,7 +43,8 @@ class Engine:
 
     def calibration_metrics(self, task: str) -> dict[str, Any]:
         """The metrics `jev calibrate` stored for a task, empty when it is not calibrated."""
-        return self.decider.manifest.calibration.get("tasks", {}).get(task, {}).get("metrics", {})
+        calibration = self.decider.calibrations.get(task)
+        return calibration.metrics if calibration else {}
 
     def encode(self, task: Task, data: BaseModel | dict[str, Any]) -> Encoded:
         """Validate, render and tokenise; raises InvalidInputError or InputTooLongError."""

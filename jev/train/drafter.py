@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
+from tqdm import tqdm
 
 from jev.model import Model, ModelConfig
 from jev.tokenizer import load_tokenizer, load_tokenizer_config, save_tokenizer
@@ -47,14 +49,13 @@ def drafter_config(target: ModelConfig, layers: int = 1, hidden_size: int = 128)
     )
 
 
-@dataclass
-class DrafterSettings:
-    """One distillation run. `config` is the drafter's architecture (see `drafter_config`)."""
+@dataclass(kw_only=True)
+class DistillSettings:
+    """What every drafter distillation run shares: the target, its text, the output folder and the steps."""
 
     target: Path
     texts: TextSource
     out: Path
-    config: ModelConfig
     block_size: int = 128
     batch_size: int = 8
     steps: int = 300
@@ -67,6 +68,27 @@ class DrafterSettings:
         for name in ("block_size", "batch_size", "steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+    def load(self) -> tuple[Model, Tokenizer, TokenBlocks]:
+        """The frozen target, its tokenizer, and the text as blocks with the target's own bos/eos ids."""
+        target = Model.from_pretrained(self.target).eval().requires_grad_(False)
+        tokenizer = load_tokenizer(Path(self.target))
+        data = TokenBlocks.build(
+            tokenizer, read_documents(self.texts), self.block_size, self.held_out_fraction,
+            target.config.bos_token_id, target.config.eos_token_id,
+        )
+        return target, tokenizer, data
+
+    def save_tokenizer(self, tokenizer: Tokenizer) -> None:
+        """The target's tokenizer and its config (specials, chat template) into the drafter's folder."""
+        save_tokenizer(tokenizer, Path(self.out), load_tokenizer_config(Path(self.target)))
+
+
+@dataclass(kw_only=True)
+class DrafterSettings(DistillSettings):
+    """One autoregressive distillation run. `config` is the drafter's architecture (see `drafter_config`)."""
+
+    config: ModelConfig
 
 
 def distillation_loss(drafter: Model, target: Model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,24 +115,19 @@ def held_out_acceptance(drafter: Model, target: Model, blocks: torch.Tensor) -> 
 def distill(settings: DrafterSettings) -> Path:
     """Train the drafter and write its folder; returns `settings.out`."""
     started = time.perf_counter()
-    target = Model.from_pretrained(settings.target).eval()
-    tokenizer = load_tokenizer(Path(settings.target))
+    target, tokenizer, data = settings.load()
     if settings.config.vocab_size != target.config.vocab_size:
         raise ValueError(
             f"the drafter's vocab_size ({settings.config.vocab_size}) must equal the target's "
             f"({target.config.vocab_size})"
         )
-    data = TokenBlocks.build(
-        tokenizer, read_documents(settings.texts), settings.block_size, settings.held_out_fraction,
-        target.config.bos_token_id, target.config.eos_token_id,
-    )
     torch.manual_seed(settings.seed)
     drafter = Model(settings.config)
     init_weights(drafter)
     drafter.train()
     optimizer = build_optimizer(drafter, settings.lr, 0.1, (0.9, 0.95))
     losses: list[float] = []
-    for step in range(settings.steps):
+    for step in tqdm(range(settings.steps), desc="train drafter", unit="step"):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings.lr, settings.warmup, settings.steps)
         blocks = data.batch(step, settings.batch_size, settings.seed).long()
@@ -123,7 +140,7 @@ def distill(settings: DrafterSettings) -> Path:
     drafter.eval()
     out = Path(settings.out)
     drafter.save_pretrained(out)
-    save_tokenizer(tokenizer, out, load_tokenizer_config(Path(settings.target)))
+    settings.save_tokenizer(tokenizer)
     provenance = _provenance(settings, losses, held_out_acceptance(drafter, target, data.held_out[:16]), started)
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
     return out

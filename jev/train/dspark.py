@@ -31,35 +31,25 @@ from jev.calibration.metrics import equal_width_bins
 from jev.generate.accept import SamplingSettings, accept_ratio, warp
 from jev.generate.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
 from jev.model import Model
-from jev.tokenizer import load_tokenizer, load_tokenizer_config, save_tokenizer
-from jev.train.blocks import TokenBlocks
-from jev.train.corpus import TextSource, describe_source, read_documents
+from jev.train.corpus import describe_source
+from jev.train.drafter import DistillSettings
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.provenance import git_commit
 
 
-@dataclass
-class DSparkSettings:
-    """One DSpark distillation run. `block_size` is the text block length, `anchors` the drafted
-    blocks trained per text block and step, `calibration_stride` the spacing of held-out anchors."""
+@dataclass(kw_only=True)
+class DSparkSettings(DistillSettings):
+    """One DSpark distillation run: `config` is the drafter's shape, `anchors` the drafted blocks trained
+    per text block and step, `calibration_stride` the spacing of held-out anchors."""
 
-    target: Path
-    texts: TextSource
-    out: Path
     config: DSparkConfig
-    block_size: int = 128
-    batch_size: int = 8
-    steps: int = 300
-    lr: float = 2e-3
-    warmup: int = 20
-    seed: int = 0
-    held_out_fraction: float = 0.05
     anchors: int = 16
     calibration_blocks: int = 64
     calibration_stride: int = 4
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "batch_size", "steps", "anchors", "calibration_blocks", "calibration_stride"):
+        super().__post_init__()
+        for name in ("anchors", "calibration_blocks", "calibration_stride"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.block_size <= self.config.positions:
@@ -166,12 +156,7 @@ def calibrate(drafter: DSparkDrafter, held_out: torch.Tensor, stride: int, seed:
 def distill_dspark(settings: DSparkSettings) -> Path:
     """Train, calibrate and write the drafter folder; returns `settings.out`."""
     started = time.perf_counter()
-    target = Model.from_pretrained(settings.target).eval().requires_grad_(False)
-    tokenizer = load_tokenizer(Path(settings.target))
-    data = TokenBlocks.build(
-        tokenizer, read_documents(settings.texts), settings.block_size, settings.held_out_fraction,
-        target.config.bos_token_id, target.config.eos_token_id,
-    )
+    target, tokenizer, data = settings.load()
     if len(data.held_out) == 0:
         raise ValueError("the corpus gives no held-out block to calibrate the confidence head on: add text")
     torch.manual_seed(settings.seed)
@@ -198,7 +183,7 @@ def distill_dspark(settings: DSparkSettings) -> Path:
         drafter, data.held_out[: settings.calibration_blocks, :-1], settings.calibration_stride, settings.seed
     )
     drafter.save(settings.out, _provenance(settings, losses, acceptance, report, started))
-    save_tokenizer(tokenizer, Path(settings.out), load_tokenizer_config(Path(settings.target)))
+    settings.save_tokenizer(tokenizer)
     return Path(settings.out)
 
 

@@ -1,26 +1,11 @@
-"""Model architectures training starts from: the shipped default and a tiny one for tests."""
+"""Model architectures `jev train lm` starts from: the default (ModelConfig's own) and a tiny one for tests."""
 
 from jev.model import ModelConfig
 
-# The shipped default: a small all-dense DeepSeek-V3.2 (MLA + DSA) that trains on one machine.
-DEFAULT_MODEL_CONFIG = ModelConfig(
-    vocab_size=8192,
-    hidden_size=256,
-    intermediate_size=640,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    q_lora_rank=64,
-    kv_lora_rank=64,
-    qk_nope_head_dim=32,
-    qk_rope_head_dim=16,
-    v_head_dim=32,
-    index_n_heads=4,
-    index_head_dim=16,
-    index_topk=64,
-    first_k_dense_replace=4,
-    max_position_embeddings=4096,
-    pad_token_id=2,
-)
+# The architecture `jev train lm` pretrains from scratch, ModelConfig's own defaults: a small
+# all-dense DeepSeek-V3.2 (MLA + DSA) that trains on one machine. (The shipped model is not one:
+# it is SmolLM2-135M converted by `jev convert`.)
+DEFAULT_MODEL_CONFIG = ModelConfig()
 
 # Small enough that a test trains it for dozens of steps in about a second.
 TINY_TEST_CONFIG = ModelConfig(
