@@ -15,7 +15,7 @@ from jev.generate.accept import SamplingSettings, sample_from, warp
 from jev.generate.drafters import Draft, ReadsTargetStates, load_drafter
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
-from jev.generate.loop import generate
+from jev.generate.loop import TargetState, generate
 from jev.generate.scheduler import LoadAwareScheduler, VerifyProfile
 from jev.model import LatentCache, Model
 from jev.ragged import pad_rows
@@ -87,7 +87,8 @@ def test_greedy_from_a_given_cache_starts_with_a_plain_step(target: Model) -> No
     draft_len = 3
     cache, _ = prefilled(target, draft_len)
     spark = drafter(target)
-    spec = generate(target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len, cache=cache)
+    state = TargetState.cached(target, cache, PROMPTS)
+    spec = generate(target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len, state=state)
     assert spec.tokens == plain.tokens
     assert spark.passes == spec.stats.target_passes - 1
     assert spec.stats.verified_at and spec.stats.accepted > 0
@@ -434,7 +435,8 @@ def test_a_given_cache_with_its_hidden_states_drafts_from_the_first_round(target
     cache, hidden = prefilled(target, draft_len)
     spark = drafter(target)
     spec = generate(
-        target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len, cache=cache, hidden=hidden
+        target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len,
+        state=TargetState.cached(target, cache, PROMPTS, hidden),
     )
     assert spec.tokens == plain.tokens
     assert spark.passes == spec.stats.target_passes, "every round drafted, the first one included"

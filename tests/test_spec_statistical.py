@@ -256,6 +256,10 @@ class Retrospective:
     def __init__(self, inner: AutoregressiveDrafter) -> None:
         self.inner = inner
 
+    @property
+    def passes(self) -> int:
+        return self.inner.passes
+
     def start(self, prompts: list[list[int]], max_len: int) -> None:
         self.inner.start(prompts, max_len)
 

@@ -16,8 +16,12 @@ logits into tokens. One round, for all active sequences at once:
 The target's cache always holds the prompt and the emitted tokens except the newest ("pending")
 one, which the next round's pass reads first. A drafter that reads the target's hidden states
 (`ReadsTargetStates`) gets them from the prefill and from every verify pass; a round in which some
-active sequence has no state yet (a given `cache=`, so no prefill pass ran, or a one-token prompt)
+active sequence has no state yet (a given `TargetState` without them, or a one-token prompt)
 drafts nothing: it is a plain decoding step, whose pass supplies the states for the next round.
+
+Where each sequence stands is one `TargetState`: the cache, the pending tokens, and the hidden states
+known so far. `generate` prefills one from the prompts, or continues one it is given (a decision's
+text fields continue the decision pass's cache).
 """
 
 import time
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from jev.generate.accept import SamplingSettings, accept_block, warp
-from jev.generate.drafters.protocol import Drafter, ReadsTargetStates
+from jev.generate.drafters.protocol import Draft, Drafter, ReadsTargetStates
 from jev.generate.scheduler import FixedLength, VerifyPolicy
 from jev.model import LatentCache, Model
 from jev.ragged import pad_rows, rows_of
@@ -102,6 +106,48 @@ class GenerationStats:
 
 
 @dataclass
+class TargetState:
+    """Each sequence's place in the target. `cache` holds every token but the pending one,
+    `pending [B]`; `hidden [B, D]` is the target's final hidden state at the last cached position
+    where `known [B]` (a drafter that reads target states drafts only from a known one)."""
+
+    cache: LatentCache
+    pending: torch.Tensor
+    hidden: torch.Tensor
+    known: torch.Tensor
+
+    @classmethod
+    def prefill(cls, model: Model, prompts: list[list[int]], room: int) -> "TargetState":
+        """Read every prompt but its last token, in one pass, into a new cache of `room` positions
+        (no pass runs when every prompt is one token long: then no state is known)."""
+        cache = model.new_cache(len(prompts), room)
+        tokens, lengths = pad_rows([prompt[:-1] for prompt in prompts])
+        hidden = torch.zeros(len(prompts), model.config.hidden_size, dtype=model.dtype, device=model.device)
+        if tokens.shape[1] > 0:
+            states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths)
+            hidden = _at(states, (lengths - 1).clamp(min=0))
+        return cls(cache, _last_tokens(prompts), hidden, lengths > 0)
+
+    @classmethod
+    def cached(
+        cls, model: Model, cache: LatentCache, prompts: list[list[int]], hidden: torch.Tensor | None = None
+    ) -> "TargetState":
+        """`cache` already holds every prompt but its last token; `hidden [B, D]`, if known, is the
+        target's state at each prompt's last cached token."""
+        expected = torch.tensor([len(p) - 1 for p in prompts], device=cache.lengths.device)
+        if cache.batch_size != len(prompts) or not torch.equal(cache.lengths, expected):
+            raise ValueError(f"the cache holds {cache.lengths.tolist()} tokens; the prompts need {expected.tolist()}")
+        known = torch.full((len(prompts),), hidden is not None, dtype=torch.bool)
+        if hidden is None:
+            hidden = torch.zeros(len(prompts), model.config.hidden_size, dtype=model.dtype, device=model.device)
+        return cls(cache, _last_tokens(prompts), hidden, known)
+
+
+def _last_tokens(prompts: list[list[int]]) -> torch.Tensor:
+    return torch.tensor([p[-1] for p in prompts])
+
+
+@dataclass
 class Generation:
     """What `generate` returns: `tokens[b]` the new tokens of sequence b, the counters, and the
     target's cache holding each prompt plus all its new tokens but the last."""
@@ -124,8 +170,7 @@ def generate(
     draft_len: int = 4,
     stop: Collection[int] = (),
     policy: VerifyPolicy | None = None,
-    cache: LatentCache | None = None,
-    hidden: torch.Tensor | None = None,
+    state: TargetState | None = None,
 ) -> Generation:
     """Generate up to `max_new_tokens` per prompt; `drafter=None` is plain decoding.
 
@@ -134,11 +179,10 @@ def generate(
     tokens end a sequence and are kept as its last token. `policy` picks draft and verify lengths
     (default: always `draft_len`). The output has exactly the distribution of plain decoding.
 
-    `cache`, when given, already holds every prompt but its last token (a decision pass was the
-    prefill), so no prefill pass runs; it needs room for the new tokens plus `draft_len + 1`.
-    `hidden [B, D]`, when given with it, is the target's final hidden state at each prompt's last
-    cached token, so a drafter that reads target states drafts from the first round; without it,
-    such a drafter starts from the second round, after the first round's pass.
+    `state`, when given, is where the prompts already stand in the target (`TargetState.cached`),
+    so no prefill pass runs; its cache needs room for the new tokens plus `draft_len + 1`. A drafter
+    that reads target states drafts from the first round where the state's hidden states are
+    known, else from the second, after the first round's pass.
     """
     prompts = _as_batch(prompt_ids)
     batch = len(prompts)
@@ -155,12 +199,12 @@ def generate(
     stats = GenerationStats()
     max_len = max(len(p) for p in prompts) + int(budget.max()) + depth_cap + 1
     reads_states = isinstance(drafter, ReadsTargetStates)
-    if cache is None:
-        cache = model.new_cache(batch, max_len)
-        pending, hidden, seen = _prefill(model, cache, prompts, stats)
-    else:
-        pending = _continue(cache, prompts, max_len)
-        seen = torch.full((batch,), hidden is not None, dtype=torch.bool)
+    if state is None:
+        state = TargetState.prefill(model, prompts, max_len)
+        stats.target_passes += int(bool(state.known.any()))
+    elif state.cache.max_len < max_len:
+        raise ValueError(f"the cache holds {state.cache.max_len} positions; this generation needs {max_len}")
+    cache, pending, hidden, seen = state.cache, state.pending, state.hidden, state.known.clone()
     if drafter is not None:
         drafter.start(prompts, max_len)
         if reads_states and bool(seen.any()):
@@ -177,12 +221,11 @@ def generate(
         if k:
             draft = drafter.propose(pending, active, settings, rng.uniform(k))
             n_verified = torch.where(active, policy.verify_lengths(draft.survival, active), 0).clamp(max=k)
-            drafted, q = draft.tokens, draft.probs
             stats.drafted += int(active.sum()) * k
         else:
-            drafted = torch.zeros(batch, 0, dtype=torch.int64)
-            q = torch.zeros(batch, 0, model.config.vocab_size, dtype=model.dtype)
+            draft = Draft.none(batch, model.config.vocab_size, model.dtype)
             n_verified = torch.zeros(batch, dtype=torch.int64)
+        drafted, q = draft.tokens, draft.probs
         verify_started = time.perf_counter()
         stats.draft_seconds += verify_started - started
 
@@ -212,7 +255,7 @@ def generate(
         active = _append(out, out_n, emitted, torch.where(active, 1 + n_accepted, 0), budget, stop_ids, active)
         pending = verdict.next_token
     if drafter is not None:
-        stats.drafter_passes = getattr(drafter, "passes", 0)
+        stats.drafter_passes = drafter.passes
     prompt_n = torch.tensor(list(map(len, prompts)))
     cache.truncate(torch.minimum(cache.lengths, (prompt_n + out_n - 1).clamp(min=0)))
     return Generation(tokens=rows_of(out, out_n), stats=stats, cache=cache)
@@ -228,37 +271,10 @@ def _as_batch(prompt_ids: Sequence[int] | Sequence[Sequence[int]]) -> list[list[
     return prompts
 
 
-def _prefill(
-    model: Model, cache: LatentCache, prompts: list[list[int]], stats: GenerationStats
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Read every prompt but its last token into the cache.
-
-    Returns the last tokens `[B]` (pending), the hidden state `[B, D]` at each prompt's
-    second-to-last position, and `[B]` which rows have one (prompts of two or more tokens).
-    """
-    tokens, lengths = pad_rows([prompt[:-1] for prompt in prompts])
-    hidden = torch.zeros(len(prompts), model.config.hidden_size, dtype=model.dtype, device=model.device)
-    if tokens.shape[1] > 0:
-        states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths)
-        hidden = _at(states, (lengths - 1).clamp(min=0))
-        stats.target_passes += 1
-    return torch.tensor([p[-1] for p in prompts]), hidden, lengths > 0
-
-
 def _at(states: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """`states [B, T, D]` -> `[B, D]`: row b's state at column `index[b]`."""
     index = index.to(states.device).view(-1, 1, 1).expand(-1, 1, states.shape[-1])
     return states.gather(1, index)[:, 0]
-
-
-def _continue(cache: LatentCache, prompts: list[list[int]], max_len: int) -> torch.Tensor:
-    """Check a given cache holds exactly each prompt but its last token and has room; return the pending tokens."""
-    expected = torch.tensor([len(p) - 1 for p in prompts], device=cache.lengths.device)
-    if cache.batch_size != len(prompts) or not torch.equal(cache.lengths, expected):
-        raise ValueError(f"the cache holds {cache.lengths.tolist()} tokens; the prompts need {expected.tolist()}")
-    if cache.max_len < max_len:
-        raise ValueError(f"the cache holds {cache.max_len} positions; this generation needs {max_len}")
-    return torch.tensor([p[-1] for p in prompts])
 
 
 def _count(

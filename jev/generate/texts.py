@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from jev.generate.answer import AnswerTokens
 from jev.generate.drafters.protocol import Drafter
-from jev.generate.loop import generate
+from jev.generate.loop import TargetState, generate
 from jev.generate.scheduler import VerifyPolicy
 from jev.model import LatentCache, Model
 from jev.ragged import pad_rows
@@ -81,7 +81,7 @@ def write_texts(
         generation = generate(
             model, prompts, spec.max_tokens + 1, temperature=settings.temperature, top_p=settings.top_p,
             top_k=settings.top_k, seed=settings.seed, drafter=drafter, draft_len=settings.draft_len,
-            stop=answer.text_end, policy=policy, cache=cache, hidden=hidden,
+            stop=answer.text_end, policy=policy, state=TargetState.cached(model, cache, prompts, hidden),
         )
         stats = generation.stats
         written.forward_passes += stats.target_passes

@@ -33,9 +33,20 @@ class Draft:
     probs: torch.Tensor
     survival: torch.Tensor
 
+    @classmethod
+    def none(cls, batch: int, vocab_size: int, dtype: torch.dtype) -> "Draft":
+        """A round without drafts (a plain decoding step): zero tokens per sequence."""
+        return cls(
+            tokens=torch.zeros(batch, 0, dtype=torch.int64),
+            probs=torch.zeros(batch, 0, vocab_size, dtype=dtype),
+            survival=torch.zeros(batch, 0, dtype=torch.float64),
+        )
+
 
 class Drafter(Protocol):
-    """What `jev.generate.loop` needs from a drafter."""
+    """What `jev.generate.loop` needs from a drafter. `passes` counts the drafter's own forward passes."""
+
+    passes: int
 
     def start(self, prompts: list[list[int]], max_len: int) -> None:
         """Read every prompt but its last token (the first pending token); room for `max_len` tokens."""
