@@ -147,3 +147,43 @@ def test_the_service_is_ready_and_answers_while_the_profile_is_measured(folder, 
         assert engine.decider.profiling.profile is None, "answered before the profile was done"
     measure.release.set()
     assert Engine.load(folder, speculative=False).decider.profiling is None
+
+
+def test_texts_through_the_batcher_at_mixed_batch_sizes_equal_plain_decoding(folder) -> None:
+    """Batches of 4, 1 and 3 share one load-aware scheduler, which keeps learning across them."""
+    import asyncio
+    import time
+
+    from jev.serve.batcher import Batcher
+
+    plain = Decider.load(folder, tasks=[EXAMPLE_TASK], speculative=False)
+    drafting = Decider.load(folder, tasks=[EXAMPLE_TASK])
+    drafting.profiling.wait(60)
+    task = drafting.tasks["ticket"]
+    bodies = [f"{word} please, order {i}" for i, word in enumerate(["refund", "login", "patch", "cruise"] * 2)]
+    inputs = [drafting.encode(task, {"subject": "help", "body": body}) for body in bodies]
+    sizes = []
+
+    def run(task, batch):
+        sizes.append(len(batch))
+        return drafting.decide_encoded(task, batch)
+
+    batcher = Batcher(run, max_batch=4, max_wait_ms=20, max_queue=64)
+    batcher.start()
+    assert batcher.ready.wait(30)
+
+    async def waves():
+        answers = []
+        for wave in (inputs[:4], inputs[4:5], inputs[5:8]):
+            futures = batcher.submit(task, wave, time.perf_counter() + 120)
+            answers += [value for value, _ in await asyncio.gather(*futures)]
+        return answers
+
+    try:
+        served = asyncio.run(waves())
+    finally:
+        batcher.close(30)
+    assert sizes == [4, 1, 3]
+    assert isinstance(drafting.policy, LoadAwareScheduler) and drafting.drafter.passes > 0
+    expected = plain.decide_batch(EXAMPLE_TASK.decision_model, [{"subject": "help", "body": b} for b in bodies])
+    assert [r.value for r in served] == [r.value for r in expected]
