@@ -7,8 +7,8 @@ are built by chunked prefill, then single decode steps are timed at a fixed cont
 parts (indexer, top-k, sparse core) and the dense core are also timed alone, per layer, and every
 decode time is set against a bandwidth roofline: (weights + cache bytes read) / measured copy rate.
 
-    python benchmarks/attention.py                      # the full table (about 10 minutes)
-    python benchmarks/attention.py --contexts 256 1024 --prefill 1024 --no-transformers
+    python -m benchmarks.attention                      # the full table (about 10 minutes)
+    python -m benchmarks.attention --contexts 256 1024 --prefill 1024 --no-transformers
 """
 
 import argparse
@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from jev.kernels import ops
 
+from benchmarks.report import median_time, write_results
 from jev.model import Model, ModelConfig
 from jev.model.cost import decode_bytes_per_layer
 
@@ -32,17 +33,6 @@ BENCH_CONFIG = ModelConfig(
     index_n_heads=4, index_head_dim=16, index_topk=64, first_k_dense_replace=4, max_position_embeddings=32768,
 )
 PREFILL_CHUNK = 1024
-
-
-def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def copy_bandwidth() -> float:
@@ -186,8 +176,6 @@ def main() -> None:
     markdown = render(results)
     print(markdown)
     if not args.no_write:
-        from benchmarks.report import write_results
-
         write_results("attention", results, markdown)
 
 

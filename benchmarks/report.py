@@ -8,7 +8,10 @@ import datetime
 import json
 import os
 import shlex
+import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -47,3 +50,15 @@ def write_results(name: str, results: dict, markdown: str) -> None:
         text = text.rstrip() + "\n\n" + section + "\n"
     DOC.write_text(text)
     print(f"wrote {out.relative_to(ROOT)} and the '{name}' section of {DOC.relative_to(ROOT)}")
+
+
+def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    """Median seconds of `repeats` calls of `fn`, after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

