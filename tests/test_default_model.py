@@ -10,6 +10,8 @@ from litestar.testing import TestClient
 
 import jev.decide.decider as decider_module
 from jev import Client, Decider
+from jev.generate.drafters.dspark import DSparkDrafter
+from jev.generate.scheduler import FixedLength
 from jev.model.base import BASE_FILE, BaseReference
 from jev.serve.app import create_app
 from jev.serve.settings import ServeSettings
@@ -54,3 +56,15 @@ def test_the_deciders_docstring_example_is_true() -> None:
     result = Decider.load(MODEL, speculative=False).decide(MailDecision, data)
     assert result.value.kind == kind and round(result.probs["kind"]["spam"], 2) == spam
     assert result.usage.decision_passes == passes
+
+
+def test_the_shipped_drafter_is_lossless_on_the_shipped_model() -> None:
+    """Greedy subject lines drafted by the shipped DSpark drafter (every round, fixed length) equal plain decoding."""
+    drafting = Decider.load(MODEL)
+    assert isinstance(drafting.drafter, DSparkDrafter)
+    drafting.policy = FixedLength()
+    plain = Decider.load(MODEL, speculative=False)
+    mails = [MAIL, {"body": "Congratulations! You won a free cruise. Reply now to claim it."}]
+    drafted = drafting.decide_batch(MailDecision, mails)
+    assert [r.value for r in drafted] == [r.value for r in plain.decide_batch(MailDecision, mails)]
+    assert drafting.drafter.passes > 0

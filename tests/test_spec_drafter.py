@@ -23,7 +23,7 @@ def test_drafter_command_distils_and_the_result_drafts(tmp_path: Path) -> None:
     tokenizer = tiny_tokenizer()
     target = random_model(tiny_config(vocab_size=tokenizer.get_vocab_size()), seed=0)
     target.save_pretrained(tmp_path / "target")
-    save_tokenizer(tokenizer, tmp_path / "target")
+    save_tokenizer(tokenizer, tmp_path / "target", {"bos_token": "<bos>", "chat_template": "{{ x }}"})
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(TEXT * 40))
 
@@ -57,6 +57,8 @@ def test_drafter_command_distils_and_the_result_drafts(tmp_path: Path) -> None:
     drafter = AutoregressiveDrafter.load(tmp_path / "drafter")
     assert drafter.model.config.num_hidden_layers == 1
     assert (tmp_path / "drafter" / "tokenizer.json").is_file()
+    config = json.loads((tmp_path / "drafter" / "tokenizer_config.json").read_text())
+    assert config == {"bos_token": "<bos>", "chat_template": "{{ x }}"}, "the target's config, kept"
 
     target = Model.from_pretrained(tmp_path / "target")
     prompts = [tokenizer.encode(t).ids[:4] for t in TEXT]

@@ -156,7 +156,7 @@ def calibrate(drafter: DSparkDrafter, held_out: torch.Tensor, stride: int, seed:
 def distill_dspark(settings: DSparkSettings) -> Path:
     """Train, calibrate and write the drafter folder; returns `settings.out`."""
     started = time.perf_counter()
-    target, tokenizer, data = settings.load()
+    target, _, data = settings.load()
     if len(data.held_out) == 0:
         raise ValueError("the corpus gives no held-out block to calibrate the confidence head on: add text")
     torch.manual_seed(settings.seed)
@@ -183,7 +183,6 @@ def distill_dspark(settings: DSparkSettings) -> Path:
         drafter, data.held_out[: settings.calibration_blocks, :-1], settings.calibration_stride, settings.seed
     )
     drafter.save(settings.out, _provenance(settings, losses, acceptance, report, started))
-    settings.save_tokenizer(tokenizer)
     return Path(settings.out)
 
 
