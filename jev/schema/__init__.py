@@ -18,7 +18,7 @@ from jev.schema.errors import (
 from jev.schema.fields import MAX_INT_VALUES, SUPPORTED_TYPES, FieldKind, FieldSpec, MaxTokens
 from jev.schema.policy import FieldOutcome, FieldPolicy
 from jev.schema.render import render_input, render_values
-from jev.schema.result import Decided, Usage
+from jev.schema.result import Decided, DecisionSource, Usage
 from jev.schema.spec import DecisionSpec, check_layout, compile_decision, layout_hash
 from jev.schema.task import Task, load_task
 
@@ -26,6 +26,7 @@ __all__ = [
     "MAX_INT_VALUES",
     "SUPPORTED_TYPES",
     "Decided",
+    "DecisionSource",
     "DecisionSpec",
     "FieldKind",
     "FieldOutcome",

@@ -7,6 +7,7 @@
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict  # pydantic needs it, not typing's, before Python 3.12
 
 from jev.schema.policy import FieldOutcome
 
@@ -35,6 +36,22 @@ class Usage(BaseModel):
     compute_ms: float = Field(default=0.0, ge=0)
 
 
+class DecisionSource(TypedDict, total=False):
+    """What produced a decision (`Decided.model`): the model, the schema, the calibration's identity,
+    whether the input was cut to the model's limit and which text fields ran out of tokens. A
+    decision from the service also names the task, the served folder (`name`) and the calibrator."""
+
+    model_id: str
+    schema_hash: str
+    calibrated: bool
+    calibration: dict[str, Any] | None
+    truncated_input: bool
+    truncated_texts: list[str]
+    task: str
+    name: str
+    calibrator_id: str | None
+
+
 class Decided(BaseModel, Generic[DecisionT]):
     """A decision: `value` is an instance of the decision model.
 
@@ -51,7 +68,7 @@ class Decided(BaseModel, Generic[DecisionT]):
     probs: dict[str, dict[Any, float]]
     outcomes: dict[str, FieldOutcome] = Field(default_factory=dict)
     usage: Usage
-    model: dict[str, Any] = Field(default_factory=dict)
+    model: DecisionSource = Field(default_factory=DecisionSource)
 
     @property
     def abstained(self) -> list[str]:

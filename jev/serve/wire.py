@@ -194,9 +194,9 @@ class TaskWire:
             ),
             model=ModelInfo(
                 task=self.task.name, schema_hash=self.task.spec.hash,
-                calibrated=bool(decided.model.get("calibrated", False)), calibration=decided.model.get("calibration"),
-                truncated_input=bool(decided.model.get("truncated_input", False)),
-                truncated_texts=list(decided.model.get("truncated_texts", [])), **ids,
+                calibrated=decided.model["calibrated"], calibration=decided.model["calibration"],
+                truncated_input=decided.model["truncated_input"],
+                truncated_texts=decided.model.get("truncated_texts", []), **ids,
             ),
         )
 
