@@ -1,8 +1,8 @@
 """What one closed-field decision costs, against the same network run elsewhere, in one run.
 
 The input is the test mail of median length, as Jev encodes it for the `mail` task (cut to the
-model's input limit). Every runtime reads exactly those token ids, once at batch 1 and as 32
-copies at batch 32 (reported per row):
+model's input limit). Every SmolLM2 runtime reads exactly those token ids (`--old` reads the same
+mail through its own tokenizer), once at batch 1 and as 32 copies at batch 32 (reported per row):
 
 - Jev: the decision pass of `--model` (every closed field from one forward pass; no text field);
 - `--old`: the same for another decider folder (the previous default model, for history);
@@ -19,6 +19,7 @@ thread count for all.
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,17 +28,19 @@ from jev.convert.source import smollm2_gguf
 from jev.decide.decider import Decider
 
 
-def median_mail(data: Path, decider: Decider) -> list[int]:
-    """The token ids of the test mail whose encoded length is the median."""
+def median_mail(data: Path, decider: Decider) -> dict[str, Any]:
+    """The input of the test mail whose length, as `decider` encodes it, is the median."""
     task = decider.tasks["mail"]
-    encoded = [decider.encode(task, json.loads(line)["input"]).token_ids for line in data.open()]
-    encoded.sort(key=len)
-    return encoded[len(encoded) // 2]
+    rows = [json.loads(line)["input"] for line in data.open()]
+    rows.sort(key=lambda row: len(decider.encode(task, row).token_ids))
+    return rows[len(rows) // 2]
 
 
-def jev_cost(folder: Path, ids: list[int], batch: int, repeats: int) -> float:
+def jev_cost(folder: Path, mail: dict[str, Any], batch: int, repeats: int) -> float:
+    """The decision pass over `mail` as this folder's own tokenizer and input limit encode it."""
     decider = Decider.load(folder, speculative=False)
     task = decider.tasks["mail"]
+    ids = decider.encode(task, mail).token_ids
     return median_time(lambda: decider.probabilities(task, [ids] * batch), repeats)
 
 
@@ -80,13 +83,15 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
 
-    ids = median_mail(args.data, Decider.load(args.model, speculative=False))
+    decider = Decider.load(args.model, speculative=False)
+    mail = median_mail(args.data, decider)
+    ids = decider.encode(decider.tasks["mail"], mail).token_ids
     rows: dict[str, dict[str, float | None]] = {}
     for name, folder in (("Jev, " + str(args.model), args.model), ("Jev, " + str(args.old), args.old)):
         if folder is not None:
             rows[name] = {
-                "batch_1_ms": 1e3 * jev_cost(folder, ids, 1, args.repeats),
-                "per_row_batch_32_ms": 1e3 * jev_cost(folder, ids, 32, args.batch_repeats) / 32,
+                "batch_1_ms": 1e3 * jev_cost(folder, mail, 1, args.repeats),
+                "per_row_batch_32_ms": 1e3 * jev_cost(folder, mail, 32, args.batch_repeats) / 32,
             }
     for label, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
         rows[f"transformers, SmolLM2 unconverted, {label}"] = {

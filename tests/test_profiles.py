@@ -187,3 +187,45 @@ def test_texts_through_the_batcher_at_mixed_batch_sizes_equal_plain_decoding(fol
     assert isinstance(drafting.policy, LoadAwareScheduler) and drafting.drafter.passes > 0
     expected = plain.decide_batch(EXAMPLE_TASK.decision_model, [{"subject": "help", "body": b} for b in bodies])
     assert [r.value for r in served] == [r.value for r in expected]
+
+
+def test_stopping_ends_the_measurement_after_its_pass_and_stores_nothing(folder, monkeypatch) -> None:
+    passes = []
+
+    def endless(model, lock, **kwargs):
+        while True:
+            with lock:
+                passes.append(1)
+
+    monkeypatch.setattr(VerifyProfile, "measure", endless)
+    decider = Decider.load(folder, tasks=[EXAMPLE_TASK])
+    while not passes:
+        threading.Event().wait(0.01)
+    decider.profiling.stop()
+    assert not decider.profiling._thread.is_alive()
+    assert decider.profiling.profile is None and decider.profiling.error is None
+    assert not any((profiles.cache_dir() / "profiles").glob("*.json"))
+
+
+EXIT_WHILE_MEASURING = """
+import sys, torch
+from jev import Decider
+from jev.generate.scheduler import VerifyProfile
+def endless(model, lock, **kwargs):
+    while True:
+        with lock:
+            torch.randn(256, 256) @ torch.randn(256, 256)
+VerifyProfile.measure = endless
+Decider.load(sys.argv[1])
+"""
+
+
+def test_a_process_that_exits_while_measuring_exits_cleanly(folder, tmp_path) -> None:
+    """Torch running on the profile's thread at interpreter shutdown aborts the process; stop() at exit prevents it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_WHILE_MEASURING, str(folder)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -11,6 +11,7 @@ profile never times a pass that shares the CPU with a decision, a decision waits
 pass of it, and no decision's `usage.compute_ms` counts it.
 """
 
+import atexit
 import hashlib
 import json
 import os
@@ -86,18 +87,45 @@ def save_profile(model_id: str, model: Model, context: int, width: int, profile:
         pass
 
 
+class MeasurementStopped(Exception):
+    """Raised inside a measurement that was asked to stop: it ends without storing anything."""
+
+
+class _StoppableLock:
+    """The compute lock, refusing any further pass once `stopped` is set."""
+
+    def __init__(self, lock: AbstractContextManager, stopped: threading.Event) -> None:
+        self.lock, self.stopped = lock, stopped
+
+    def __enter__(self) -> None:
+        self.lock.__enter__()
+        if self.stopped.is_set():
+            self.lock.__exit__(None, None, None)
+            raise MeasurementStopped
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.__exit__(*exc)
+
+
 class ProfileMeasurement:
     """Measures a model's verify profile on a daemon thread, each timed pass under `lock`, and stores
-    it under `model_id` (None: a model never saved, whose profile is kept only in memory)."""
+    it under `model_id` (None: a model never saved, whose profile is kept only in memory).
+
+    A process that exits meanwhile stops it after the pass under way (`stop`, run at exit): torch
+    must not be running on a thread while the interpreter shuts down, and half a profile is not stored.
+    """
 
     def __init__(
         self, model: Model, model_id: str | None, lock: AbstractContextManager, context: int, width: int
     ) -> None:
         self.profile: VerifyProfile | None = None
         self.error: BaseException | None = None
+        self._stopped = threading.Event()
         self._thread = threading.Thread(
-            target=self._measure, args=(model, model_id, lock, context, width), name="jev-profile", daemon=True
+            target=self._measure, args=(model, model_id, _StoppableLock(lock, self._stopped), context, width),
+            name="jev-profile", daemon=True,
         )
+        atexit.register(self.stop)
         self._thread.start()
 
     def _measure(
@@ -105,6 +133,8 @@ class ProfileMeasurement:
     ) -> None:
         try:
             profile = VerifyProfile.measure(model, context=context, width=width, lock=lock)
+        except MeasurementStopped:
+            return
         except Exception as error:  # a failed profile leaves text fields on plain decoding, never a request
             self.error = error
             return
@@ -116,3 +146,8 @@ class ProfileMeasurement:
         """Block until the measurement ends (or `timeout` seconds); the profile, or None if not yet done."""
         self._thread.join(timeout)
         return self.profile
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """End the measurement after the pass under way, storing nothing unless it had finished."""
+        self._stopped.set()
+        self._thread.join(timeout)
