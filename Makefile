@@ -54,6 +54,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) -m "not slow"
 
 serve: $(SERVE_STAMP)
+	$(JEV) profile --model $(MODEL)
 	$(JEV) serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)

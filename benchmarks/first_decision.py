@@ -1,9 +1,11 @@
 """A fresh process's first decision with a text field, against its warm ones: what a new user waits for.
 
-Each case runs in a new Python process. It loads `--model`, decides one test mail (closed fields and
-the subject line) and times it, then decides `--warm` other mails and takes their median. Cases:
+Each case runs in a new Python process. It loads `--model`, decides the first test mail (closed
+fields and the subject line) and times it, then decides the same mail `--warm` more times and takes
+their median. Cases:
 
-- `stored`: this machine's verify profile is already in the cache folder (every run after the first);
+- `stored`: this machine's verify profile is already in the cache folder (`jev profile`, which
+  `make serve` runs, stored it);
 - `unmeasured`: an empty cache folder, so the profile is measured in the background meanwhile;
 - `plain`: `--no-speculative`, no drafter.
 
@@ -33,12 +35,12 @@ def child(model: Path, data: Path, warm: int, speculative: bool) -> dict[str, An
     """Runs in the fresh process: load, the first decision, then `warm` more."""
     from jev.decide.decider import Decider
 
-    rows = [json.loads(line)["input"] for _, line in zip(range(warm + 1), data.open(), strict=False)]
+    row = json.loads(next(iter(data.open())))["input"]
     started = time.perf_counter()
     decider = Decider.load(model, speculative=speculative)
     loaded = time.perf_counter() - started
     timings, compute = [], []
-    for row in rows:
+    for _ in range(warm + 1):
         started = time.perf_counter()
         result = decider.decide("mail", row)
         timings.append(time.perf_counter() - started)
@@ -80,7 +82,10 @@ def main() -> None:
         print(json.dumps(child(args.model, args.data, args.warm, not args.no_speculative)))
         return
     cache = Path(tempfile.mkdtemp(prefix="jev-cache-"))
-    run_case("unmeasured", args.model, args.data, args.warm, cache)  # fills `cache` for the stored case
+    subprocess.run(
+        [sys.executable, "-m", "jev.cli", "profile", "--model", str(args.model)],
+        check=True, env={**os.environ, "JEV_CACHE_DIR": str(cache)},
+    )
     results = {case: run_case(case, args.model, args.data, args.warm, cache) for case in CASES}
     rows = [
         f"| {case} | {r['load_s']:.1f} | {r['first_s']:.2f} | {r['warm_s']:.2f} | {r['first_s'] / r['warm_s']:.2f} "
@@ -88,8 +93,8 @@ def main() -> None:
         for case, r in results.items()
     ]
     markdown = (
-        f"One test mail per decision (closed fields and the subject line), `{args.model}`, median of "
-        f"{args.warm} warm decisions.\n\n"
+        f"The first test mail (closed fields and the subject line), `{args.model}`: the first decision of a "
+        f"fresh process, and the median of {args.warm} more of the same mail.\n\n"
         "| case | load s | first s | warm s | first / warm | first compute_ms, s | drafting after the first |\n"
         "|---|---|---|---|---|---|---|\n" + "\n".join(rows)
     )

@@ -229,3 +229,15 @@ def test_a_process_that_exits_while_measuring_exits_cleanly(folder, tmp_path) ->
         [sys.executable, "-c", EXIT_WHILE_MEASURING, str(folder)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_jev_profile_measures_once_per_machine(folder, monkeypatch, capsys) -> None:
+    from jev.cli import main
+
+    measure = GatedMeasure()
+    measure.release.set()
+    monkeypatch.setattr(VerifyProfile, "measure", measure)
+    assert main(["profile", "--model", str(folder)]) == 0
+    assert "stored the verify profile" in capsys.readouterr().out
+    assert main(["profile", "--model", str(folder)]) == 0
+    assert "stored already" in capsys.readouterr().out and measure.calls == 1

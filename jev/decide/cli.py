@@ -1,4 +1,5 @@
-"""`jev decide`: one input through a decider folder, printed as JSON."""
+"""`jev decide`: one input through a decider folder, printed as JSON; `jev profile`: measure, once per
+machine, the verify profile a folder's drafter is scheduled by."""
 
 import argparse
 import json
@@ -17,6 +18,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
     parser.add_argument("--no-speculative", action="store_true", help=NO_SPECULATIVE_HELP)
     parser.set_defaults(func=_run_decide)
+    profile = commands.add_parser(
+        "profile", help="measure and store this machine's verify profile for a model's drafter (once per machine)",
+        description="Measure how fast the model verifies drafted tokens on this machine and store it in Jev's\n"
+        "cache folder ($JEV_CACHE_DIR, else ~/.cache/jev), so no later process measures it in the background.\n"
+        "A profile already stored for this model and machine is kept. `make serve` runs this first.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    profile.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
+    profile.set_defaults(func=_run_profile)
 
 def _run_decide(args: argparse.Namespace) -> int:
     from jev.decide.decider import Decider
@@ -29,3 +39,22 @@ def _run_decide(args: argparse.Namespace) -> int:
     result = Decider.load(model_folder(args.model), speculative=not args.no_speculative).decide(args.task, data)
     print(result.model_dump_json(indent=2))
     return 0
+
+
+def _run_profile(args: argparse.Namespace) -> int:
+    from jev.decide.decider import Decider
+    from jev.generate.profiles import cache_dir
+
+    folder = model_folder(args.model)
+    decider = Decider.load(folder)
+    if decider.drafter is None:
+        print(f"{folder} has no drafter: its text fields decode plainly, there is nothing to profile")
+    elif decider.profiling is None:
+        print(f"a verify profile of {folder} on this machine is stored already (in {cache_dir()})")
+    elif decider.profiling.wait() is None:
+        raise JevError(f"measuring the verify profile failed: {decider.profiling.error}")
+    else:
+        rates = decider.profiling.profile.steps_per_second
+        print(f"stored the verify profile of {folder} in {cache_dir()}: {rates[0]:.1f} passes/s for one token")
+    return 0
+
