@@ -33,6 +33,7 @@ def model_dir(tmp_path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_calibrate_command_stores_calibrators_that_every_decision_uses(model_dir, capsys):
     before = Decider.load(model_dir).decide(MailDecision, {"body": "win a free cruise"})
     assert before.model["calibrated"] is False and before.model["calibration"] is None
@@ -45,6 +46,7 @@ def test_calibrate_command_stores_calibrators_that_every_decision_uses(model_dir
     assert sum(after.probs["kind"].values()) == pytest.approx(1.0, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_policies_abstain_below_threshold_and_return_conformal_sets(model_dir):
     uncalibrated = Decider.load(model_dir, tasks=[STRICT]).decide("mail", {"body": "x"})
     assert uncalibrated.outcomes["kind"].prediction_set is None and uncalibrated.model["calibrated"] is False

@@ -47,6 +47,7 @@ def report_dir(fields: dict[str, dict], tmp_path_factory: pytest.TempPathFactory
     return out
 
 
+@pytest.mark.slow
 def test_report_writes_files_whose_numbers_equal_the_metrics(fields: dict[str, dict], report_dir: Path) -> None:
     tmp_path = report_dir
     report = json.loads((tmp_path / "metrics.json").read_text())

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
           "--task", "schemas.mail:TASK"], "models/nope"),
     ],
 )
+@pytest.mark.slow
 def test_a_user_error_is_one_line_and_exit_code_2(argv, says, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
@@ -42,6 +43,7 @@ def test_a_user_error_is_one_line_and_exit_code_2(argv, says, capsys, tmp_path, 
 
 @pytest.mark.parametrize(("body", "says"), [("", "body: String should have at least 1 character"),
                                             (" \n ", "$: the input has no text to read")])
+@pytest.mark.slow
 def test_jev_decide_refuses_an_input_with_nothing_to_read(body, says, capsys):
     model = str(ROOT / "models" / "default")
     assert main(["decide", "--model", model, "--task", "mail", json.dumps({"body": body})]) == 2
@@ -49,6 +51,7 @@ def test_jev_decide_refuses_an_input_with_nothing_to_read(body, says, capsys):
     assert err.startswith("error: invalid input for task 'mail':") and says in err and not out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["jev.cli", "jev.serve.cli"])
 def test_the_entry_points_print_no_traceback_for_a_wrong_model_path(module, tmp_path):
     argv = ["decide", "--task", "chat", '{"message": "hi"}'] if module == "jev.cli" else []

@@ -20,6 +20,8 @@ from jev.client import (
 )
 from tests.serving import free_port
 
+pytestmark = pytest.mark.slow
+
 
 def flaky_app(failures: list[tuple[int, dict[str, str]]]) -> tuple[Litestar, list[float]]:
     """GET /v1/tasks answers each queued (status, headers) in turn, then 200; records arrival times."""

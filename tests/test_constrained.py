@@ -95,6 +95,7 @@ def test_greedy_values_and_both_probabilities_match_the_slow_reference(setup) ->
             assert written.first_token[spec.name][row].sum() == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_passes_are_spent_only_on_choices(setup) -> None:
     model, answer, inputs = setup
     alone = [write_answers(model, answer, [ids]) for ids in inputs]

@@ -78,6 +78,7 @@ def test_exact_case_equals_the_source(tmp_path):
         assert rel_err(converted(tmp_path, EXACT, torch.float64)(tokens.clone()), reference(model, tokens)) <= 1e-5
 
 
+@pytest.mark.slow
 def test_exact_case_absorbed_decode_equals_the_source(tmp_path):
     model = tiny_llama(tmp_path)
     mla = converted(tmp_path, EXACT)
@@ -92,6 +93,7 @@ def test_exact_case_absorbed_decode_equals_the_source(tmp_path):
     "change",
     ["two KV heads", "latent below hidden", "every other frequency dropped"],
 )
+@pytest.mark.slow
 def test_each_approximation_moves_the_logits(change, tmp_path):
     """The controls: each departure from the exact case must show, or the exact test proves nothing."""
     ranks = EXACT

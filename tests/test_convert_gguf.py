@@ -20,6 +20,8 @@ from jev.model import Model
 from tests.test_convert import VOCAB, ids, tiny_llama
 from tests.tiny import rel_err
 
+pytestmark = pytest.mark.slow
+
 BYTES = sorted(pre_tokenizers.ByteLevel.alphabet())
 TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *BYTES] + [f"<unused{i}>" for i in range(VOCAB - 259)]
 TEXT = "the quick brown fox jumps over the lazy dog 0123456789, " * 400
@@ -118,6 +120,7 @@ def test_gguf_of_another_architecture_is_refused(tmp_path):
         read_gguf(tmp_path / "x.gguf")
 
 
+@pytest.mark.slow
 def test_convert_command_heals_resumes_and_writes_a_folder_transformers_loads(gguf_file, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)

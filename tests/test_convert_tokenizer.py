@@ -12,6 +12,8 @@ import pytest
 
 from jev.convert.source import read_gguf_tokenizer, smollm2_gguf
 
+pytestmark = pytest.mark.slow
+
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "smollm2_tokens.json").read_text())
 
 
@@ -20,6 +22,7 @@ def tokenizer():
     return read_gguf_tokenizer(smollm2_gguf())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", FIXTURE["rows"], ids=lambda row: row["text"][:24])
 def test_ids_equal_llama_cpp(tokenizer, row):
     assert tokenizer.encode(row["text"]).ids == row["ids"]

@@ -84,6 +84,7 @@ def test_answer_tokens_are_the_segments_tokenised_apart(decider: Decider) -> Non
     assert tokenizer.decode(prefix).endswith('"summary": "')
 
 
+@pytest.mark.slow
 def test_text_continues_the_decision_cache_exactly_as_a_fresh_prompt(decider: Decider) -> None:
     results = decider.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
     answer = decider.answer_tokens(EXAMPLE_TASK)
@@ -102,6 +103,7 @@ def test_text_continues_the_decision_cache_exactly_as_a_fresh_prompt(decider: De
         assert result.model["truncated_texts"] == ([] if ended else ["summary"])
 
 
+@pytest.mark.slow
 def test_one_by_one_equals_the_batch_and_speculative_equals_plain(decider: Decider) -> None:
     batch = decider.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
     alone = [decider.decide(EXAMPLE_TASK.decision_model, t) for t in TICKETS]
@@ -129,6 +131,7 @@ def _closed_values(spec, decision) -> list:
     return [values[f.name] for f in spec.closed_fields]
 
 
+@pytest.mark.slow
 def test_sampled_texts_are_reproducible_with_a_seed(decider: Decider) -> None:
     sampled = Decider(
         decider.model, decider.tokenizer, decider.tasks, decider.decision_model, decider.manifest,
@@ -139,6 +142,7 @@ def test_sampled_texts_are_reproducible_with_a_seed(decider: Decider) -> None:
     assert first == again
 
 
+@pytest.mark.slow
 def test_a_saved_drafter_loads_with_the_decider_and_changes_nothing_greedy(decider: Decider, tmp_path) -> None:
     decider.save(tmp_path)
     random_model(tiny_config(index_topk=6, vocab_size=400, num_hidden_layers=1), seed=4).save_pretrained(

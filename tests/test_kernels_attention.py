@@ -16,6 +16,8 @@ pytest.importorskip("triton", reason="triton is not installed: the Triton kernel
 
 from jev.kernels import reference, triton_launch, triton_mla_decode, triton_sparse_mla
 
+pytestmark = pytest.mark.slow
+
 if not triton_launch.INTERPRETED:
     pytest.skip("the kernels were defined without TRITON_INTERPRET=1", allow_module_level=True)
 

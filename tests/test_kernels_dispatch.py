@@ -66,6 +66,7 @@ def test_forced_triton_on_cpu_without_interpreter_is_a_clear_error(monkeypatch, 
         ops.indexer_logits(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2), torch.zeros(1, 3, 4), torch.zeros(1, 1), 1.0)
 
 
+@pytest.mark.slow
 def test_ops_import_and_run_without_triton():
     """`import triton` fails in the child; ops still import, run in torch, and forcing triton says why not."""
     script = """
@@ -106,6 +107,7 @@ def counting(fn, name: str, calls: dict[str, int]):
     return wrapped
 
 
+@pytest.mark.slow
 def test_tiny_model_decodes_the_same_with_triton_kernels(monkeypatch, triton_kernels):
     """Dense decode (1 and 3 new tokens) below index_topk, then indexer + sparse MLA above it."""
     calls = {name: 0 for name in ("mla_decode", "indexer_logits", "sparse_mla")}

@@ -61,6 +61,7 @@ def encoder() -> MiniLMEncoder:
     return MiniLMEncoder.load()
 
 
+@pytest.mark.slow
 def test_encoder_equals_transformers_bert_mean_pooled_and_normalised(encoder: MiniLMEncoder) -> None:
     with zipfile.ZipFile(minilm_zip()) as folder:
         config = BertConfig(**json.loads(folder.read("config.json")), attn_implementation="eager")
@@ -186,6 +187,7 @@ def model_dir(decider: Decider, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return folder
 
 
+@pytest.mark.slow
 def test_report_shows_both_anchors_with_the_weights_and_splits_named(model_dir: Path, tmp_path: Path) -> None:
     train, valid = FIXTURES / "train.jsonl", FIXTURES / "valid.jsonl"
     args = build_parser().parse_args([

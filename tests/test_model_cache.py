@@ -15,6 +15,7 @@ def full_logits(model, ids):
         return model(ids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index_topk", [4096, 24])
 def test_incremental_decoding_equals_full_forward(index_topk):
     model = random_model(tiny_config(index_topk=index_topk))

@@ -53,6 +53,7 @@ def test_checkpoint_written_by_transformers_loads_with_same_logits(tmp_path):
     assert rel_err(ours, theirs) <= TOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sparse", [False, True])
 def test_wrong_softmax_scale_breaks_parity(sparse, tmp_path):
     """The absorbed dot product is kv_lora_rank + qk_rope long; scaling by that length is the classic bug."""

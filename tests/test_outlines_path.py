@@ -47,6 +47,7 @@ def prompts(tokenizer: Tokenizer, task: Task) -> list[list[int]]:
     return [[BOS_ID, *tokenizer.encode(render_input(task, x)).ids] for x in INPUTS[task.name]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", [MAIL, CHAT], ids=lambda t: t.name)
 def test_answers_are_valid_closed_field_json(decider, tokenizer, task):
     results = decider.decide(task, prompts(tokenizer, task), batch_size=1)
@@ -65,6 +66,7 @@ def test_closed_model_keeps_only_the_closed_fields_in_order():
         assert list(closed_model(task).model_fields) == [f.name for f in task.spec.closed_fields]
 
 
+@pytest.mark.slow
 def test_prompt_ids_reach_the_model_unchanged_and_batching_agrees(decider, tokenizer):
     ids = prompts(tokenizer, MAIL)
     assert len(ids[0]) != len(ids[1]), "the batch must need padding"

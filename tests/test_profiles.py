@@ -39,6 +39,7 @@ class GatedMeasure:
         return VerifyProfile(tokens=(1, 8), steps_per_second=(100.0, 90.0))
 
 
+@pytest.mark.slow
 def test_a_decision_does_not_wait_for_the_profile_and_the_profile_is_stored(folder, monkeypatch) -> None:
     measure = GatedMeasure()
     monkeypatch.setattr(VerifyProfile, "measure", measure)
@@ -149,6 +150,7 @@ def test_the_service_is_ready_and_answers_while_the_profile_is_measured(folder, 
     assert Engine.load(folder, speculative=False).decider.profiling is None
 
 
+@pytest.mark.slow
 def test_texts_through_the_batcher_at_mixed_batch_sizes_equal_plain_decoding(folder) -> None:
     """Batches of 4, 1 and 3 share one load-aware scheduler, which keeps learning across them."""
     import asyncio
@@ -220,6 +222,7 @@ Decider.load(sys.argv[1])
 """
 
 
+@pytest.mark.slow
 def test_a_process_that_exits_while_measuring_exits_cleanly(folder, tmp_path) -> None:
     """Torch running on the profile's thread at interpreter shutdown aborts the process; stop() at exit prevents it."""
     import subprocess

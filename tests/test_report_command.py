@@ -59,6 +59,7 @@ def report_dir(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return out
 
 
+@pytest.mark.slow
 def test_metrics_json_names_model_data_and_calibration(model_dir: Path, report_dir: Path) -> None:
     report = json.loads((report_dir / "metrics.json").read_text())
     decider = Decider.load(model_dir)
@@ -113,6 +114,7 @@ def test_page_names_every_field_and_embeds_every_image(report_dir: Path) -> None
     assert "baselines on the same rows" not in text
 
 
+@pytest.mark.slow
 def test_command_with_baseline_writes_it_beside_jev(model_dir: Path, tmp_path: Path) -> None:
     parser = build_parser()
     argv = ["report", "--model", str(model_dir), "--task", "mail", "--data", str(VALID), "--out", str(tmp_path)]

@@ -58,6 +58,7 @@ def test_input_too_long_says_by_how_much() -> None:
     assert "600 tokens, 88 over the limit of 512" in str(error)
 
 
+@pytest.mark.slow
 def test_schema_and_calibration_import_without_torch():
     """Clients and the schema layer must not need torch; `jev`'s top-level names load lazily."""
     import subprocess

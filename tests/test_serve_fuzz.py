@@ -41,6 +41,7 @@ def api_schema():
     thread.join(10)
 
 
+@pytest.mark.slow
 def test_api_matches_its_openapi_document(api_schema):
     """Every documented operation, MAX_EXAMPLES valid and MAX_EXAMPLES invalid cases each
     (schemathesis' pytest plugin fails under pytest 9, so hypothesis drives the strategies)."""

@@ -13,6 +13,8 @@ from jev.serve.app import create_app
 from jev.serve.settings import ServeSettings
 from tests.serving import ticket, tiny_decider, wait_ready
 
+pytestmark = pytest.mark.slow
+
 PROBLEM = "application/problem+json"
 JSON = {"content-type": "application/json"}
 DEPTH = 32

@@ -43,6 +43,7 @@ def base_url():
     thread.join(10)
 
 
+@pytest.mark.slow
 def test_a_person_decides_one_ticket(base_url, tmp_path):
     screenshot = Path(os.environ.get("JEV_SCREENSHOT", tmp_path / "page.png"))
     with sync_api.sync_playwright() as playwright:
@@ -98,6 +99,7 @@ def test_a_person_decides_one_ticket(base_url, tmp_path):
     assert screenshot.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_the_api_docs_render_offline_from_installed_assets(base_url, tmp_path):
     """`/schema` in Chromium with every request off this server refused: Swagger UI still lists the routes."""
     with sync_api.sync_playwright() as playwright:

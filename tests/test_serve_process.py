@@ -22,6 +22,7 @@ def model_dir(decider, tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_cli_server_with_env_settings_answers_the_typed_client_in_order(model_dir, decider):
     texts = [f"ticket {i}: refund and login" for i in range(16)]
     expected = [decider.decide(TicketDecision, ticket(t)) for t in texts]
@@ -50,6 +51,7 @@ def test_cli_server_with_env_settings_answers_the_typed_client_in_order(model_di
         assert float(passes[0].split()[-1]) < 17, "concurrent requests shared passes"
 
 
+@pytest.mark.slow
 def test_sigterm_lets_requests_in_flight_finish(model_dir):
     inputs = [ticket(f"refund number {i}") for i in range(8)]
 

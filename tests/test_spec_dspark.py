@@ -320,6 +320,7 @@ def dspark_joint(target: Model, spark: DSparkDrafter, config: Config, n: int, se
 SAMPLED = [Config(3), Config(4, temperature=0.7, top_p=0.8, policy="threshold"), Config(2, top_k=5, policy="random")]
 
 
+@pytest.mark.slow
 def test_sampled_output_has_the_target_law() -> None:
     """Joint law of the first two tokens vs the target's exact law (chi-square, Holm), float32 as served."""
     target = peaked_model(2, seed=0)
@@ -401,6 +402,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_drafter_command_distils_calibrates_and_drafts(trained: Path) -> None:
     provenance = json.loads((trained / "spark" / "drafter.json").read_text())
     assert provenance["kind"] == "dspark" and provenance["markov"] is True

@@ -118,6 +118,7 @@ class Oracle:
                         joint[emitted] += weight * self.law(tail[0], tail[1], need - m - 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_first_three_tokens_have_the_target_law(case: Case) -> None:
     torch.manual_seed(7)

@@ -34,6 +34,7 @@ def cached_prefixes(cache, lengths: list[int]) -> list[torch.Tensor]:
     return [cache.latent[:, row, :n] for row, n in enumerate(lengths)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["other", "self"])
 @pytest.mark.parametrize("draft_len", [1, 3, 5])
 def test_greedy_speculative_equals_plain(target: Model, kind: str, draft_len: int) -> None:

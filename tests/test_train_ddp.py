@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -16,6 +17,7 @@ CORPUS = Path("tests/fixtures/train/corpus").resolve()
 WORKER = Path("tests/fixtures/train/ddp_worker.py").resolve()
 
 
+@pytest.mark.slow
 def test_two_ranks_train_the_same_model_on_disjoint_shards(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [

@@ -42,6 +42,7 @@ def settings(base: Path, out: Path, train: Path = FIXTURES / "train.jsonl", **ov
     return DecideSettings(tasks=[data], base=base, out=out, **{**values, **overrides})
 
 
+@pytest.mark.slow
 def test_fine_tuning_learns_the_fixture_and_the_result_serves(base, tmp_path):
     out = train_decisions(settings(base, tmp_path / "out"))
     record = json.loads((out / "jev.json").read_text())["training"]
@@ -76,6 +77,7 @@ def test_invalid_rows_are_reported_with_line_numbers(base, tmp_path):
     assert json.loads((out / "jev.json").read_text())["training"]["skipped_rows"] == {"mail": 3}
 
 
+@pytest.mark.slow
 def test_two_ranks_fine_tune_the_same_weights(base, tmp_path):
     """DDP with two gloo processes: each rank trains on half of every batch and both end identical."""
     worker = Path(__file__).parent / "fixtures" / "train" / "ddp_decide_worker.py"
@@ -91,6 +93,7 @@ def test_two_ranks_fine_tune_the_same_weights(base, tmp_path):
         assert torch.equal(rank0[name], rank1[name]), name
 
 
+@pytest.mark.slow
 def test_answer_objective_learns_the_json_and_continues_a_deciders_heads(base, tmp_path):
     from jev.data.examples import read_examples
     from jev.generate.answer import AnswerTokens
@@ -125,6 +128,7 @@ def test_the_indexers_learn_from_the_decision_pass_only(base):
     assert both.answer_loss > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("run_weight", "task_weight"), [(1.0, 0.0), (0.0, 1.0)])
 def test_a_task_may_set_its_own_answer_weight(base, tmp_path, run_weight, task_weight):
     run = settings(base, tmp_path / "out", train=with_subjects(FIXTURES / "train.jsonl", tmp_path / "train.jsonl"),
@@ -136,6 +140,7 @@ def test_a_task_may_set_its_own_answer_weight(base, tmp_path, run_weight, task_w
     assert ("answer_loss" in record["epochs"][0]["mail"]) == (task_weight > 0)
 
 
+@pytest.mark.slow
 def test_answer_frozen_layers_reach_the_answer_pass_and_are_recorded(base, tmp_path, monkeypatch):
     from jev.decide.decision import DecisionModel
 
@@ -179,6 +184,7 @@ def test_task_answer_weights_that_cannot_apply_are_refused(tmp_path, capsys, ent
     assert code != 0 and message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_frozen_layers_keep_the_base_below_the_query_layer_and_the_folder_serves_it(base, tmp_path):
     out = train_decisions(settings(base, tmp_path / "out", epochs=2, frozen_layers=1, answer_weight=0.3))
     before, after = load_file(base / "model.safetensors"), load_file(out / "model.safetensors")
@@ -202,6 +208,7 @@ def test_frozen_layers_outside_the_base_are_refused(base, tmp_path):
         train_decisions(settings(base, tmp_path / "out", epochs=1, frozen_layers=layers))
 
 
+@pytest.mark.slow
 def test_a_task_stops_training_once_its_validation_loss_stops_improving(base, tmp_path, monkeypatch):
     import jev.train.decide as decide
 
@@ -228,6 +235,7 @@ def test_frozen_mlps_leave_every_mlp_as_the_base_has_it(base, tmp_path):
     assert any(not torch.equal(before[name], after[name]) for name in attention)
 
 
+@pytest.mark.slow
 def test_bfloat16_autocast_trains_a_folder_that_serves(base, tmp_path):
     out = train_decisions(settings(base, tmp_path / "out", epochs=1, frozen_layers=1, autocast=True))
     record = json.loads((out / "jev.json").read_text())["training"]

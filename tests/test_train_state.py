@@ -30,6 +30,7 @@ def train(model: Model, optimizer: torch.optim.Optimizer, steps: int) -> None:
         optimizer.zero_grad()
 
 
+@pytest.mark.slow
 def test_half_save_reload_half_equals_straight(tmp_path):
     straight, straight_opt = fresh()
     train(straight, straight_opt, 4)
