@@ -138,6 +138,8 @@ class ProfileMeasurement:
         except Exception as error:  # a failed profile leaves text fields on plain decoding, never a request
             self.error = error
             return
+        finally:
+            atexit.unregister(self.stop)  # nothing left to stop at exit
         if model_id is not None:
             save_profile(model_id, model, context, width, profile)
         self.profile = profile
