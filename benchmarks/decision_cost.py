@@ -18,6 +18,7 @@ thread count for all.
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,26 +37,33 @@ def median_mail(data: Path, decider: Decider) -> dict[str, Any]:
     return rows[len(rows) // 2]
 
 
-def jev_cost(folder: Path, mail: dict[str, Any], batch: int, repeats: int) -> float:
+def per_row_ms(run: Callable[[int], object], repeats: int, batch_repeats: int) -> dict[str, float | None]:
+    """`run(batch)` timed at batch 1 and at batch 32 (per row), in milliseconds."""
+    return {
+        "batch_1_ms": 1e3 * median_time(lambda: run(1), repeats),
+        "per_row_batch_32_ms": 1e3 * median_time(lambda: run(32), batch_repeats) / 32,
+    }
+
+
+def jev_cost(folder: Path, mail: dict[str, Any], repeats: int, batch_repeats: int) -> dict[str, float | None]:
     """The decision pass over `mail` as this folder's own tokenizer and input limit encode it."""
     decider = Decider.load(folder, speculative=False)
     task = decider.tasks["mail"]
     ids = decider.encode(task, mail).token_ids
-    return median_time(lambda: decider.probabilities(task, [ids] * batch), repeats)
+    return per_row_ms(lambda batch: decider.probabilities(task, [ids] * batch), repeats, batch_repeats)
 
 
-def transformers_cost(ids: list[int], batch: int, dtype: torch.dtype, repeats: int) -> float:
+def transformers_cost(ids: list[int], dtype: torch.dtype, repeats: int, batch_repeats: int) -> dict[str, float | None]:
     from transformers import AutoModelForCausalLM
 
     gguf = smollm2_gguf()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype).eval()
-    tokens = torch.tensor([ids] * batch)
 
-    def call() -> None:
+    def run(batch: int) -> None:
         with torch.inference_mode():
-            model(tokens, logits_to_keep=1)
+            model(torch.tensor([ids] * batch), logits_to_keep=1)
 
-    return median_time(call, repeats)
+    return per_row_ms(run, repeats, batch_repeats)
 
 
 def llama_cpp_cost(ids: list[int], repeats: int) -> float | None:
@@ -89,15 +97,11 @@ def main() -> None:
     rows: dict[str, dict[str, float | None]] = {}
     for name, folder in (("Jev, " + str(args.model), args.model), ("Jev, " + str(args.old), args.old)):
         if folder is not None:
-            rows[name] = {
-                "batch_1_ms": 1e3 * jev_cost(folder, mail, 1, args.repeats),
-                "per_row_batch_32_ms": 1e3 * jev_cost(folder, mail, 32, args.batch_repeats) / 32,
-            }
+            rows[name] = jev_cost(folder, mail, args.repeats, args.batch_repeats)
     for label, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-        rows[f"transformers, SmolLM2 unconverted, {label}"] = {
-            "batch_1_ms": 1e3 * transformers_cost(ids, 1, dtype, args.repeats),
-            "per_row_batch_32_ms": 1e3 * transformers_cost(ids, 32, dtype, args.batch_repeats) / 32,
-        }
+        rows[f"transformers, SmolLM2 unconverted, {label}"] = transformers_cost(
+            ids, dtype, args.repeats, args.batch_repeats
+        )
     llama = llama_cpp_cost(ids, args.repeats)
     rows["llama.cpp prompt evaluation, Q4_1 GGUF"] = {
         "batch_1_ms": None if llama is None else 1e3 * llama, "per_row_batch_32_ms": None,

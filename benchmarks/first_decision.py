@@ -9,8 +9,8 @@ their median. Cases:
 - `unmeasured`: an empty cache folder, so the profile is measured in the background meanwhile;
 - `plain`: `--no-speculative`, no drafter.
 
-Reported: load time, first and warm wall time, their ratio, and the first decision's
-`usage.compute_ms` beside its wall time (profiling must never be counted as compute).
+Reported: load time, first and warm wall time, their ratio, the first decision's `usage.compute_ms`
+beside its wall time (profiling must never be counted as compute), and how long `jev profile` ran.
 
     python -m benchmarks.first_decision --model models/default --data data/mail/test.jsonl
 """
@@ -82,10 +82,12 @@ def main() -> None:
         print(json.dumps(child(args.model, args.data, args.warm, not args.no_speculative)))
         return
     cache = Path(tempfile.mkdtemp(prefix="jev-cache-"))
+    started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "jev.cli", "profile", "--model", str(args.model)],
         check=True, env={**os.environ, "JEV_CACHE_DIR": str(cache)},
     )
+    profile_s = time.perf_counter() - started
     results = {case: run_case(case, args.model, args.data, args.warm, cache) for case in CASES}
     rows = [
         f"| {case} | {r['load_s']:.1f} | {r['first_s']:.2f} | {r['warm_s']:.2f} | {r['first_s'] / r['warm_s']:.2f} "
@@ -94,14 +96,15 @@ def main() -> None:
     ]
     markdown = (
         f"The first test mail (closed fields and the subject line), `{args.model}`: the first decision of a "
-        f"fresh process, and the median of {args.warm} more of the same mail.\n\n"
+        f"fresh process, and the median of {args.warm} more of the same mail. `jev profile`, which stored the "
+        f"profile for the first case, ran {profile_s:.1f} s, loading the model included.\n\n"
         "| case | load s | first s | warm s | first / warm | first compute_ms, s | drafting after the first |\n"
         "|---|---|---|---|---|---|---|\n" + "\n".join(rows)
     )
     print(markdown)
     if not args.no_write:
         settings = {k: str(v) for k, v in vars(args).items()}
-        write_results("first_decision", {"settings": settings, "runs": results}, markdown)
+        write_results("first_decision", {"settings": settings, "profile_s": profile_s, "runs": results}, markdown)
 
 
 if __name__ == "__main__":

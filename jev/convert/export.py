@@ -15,7 +15,7 @@ instead of 4), in place. Loading dequantises them; what it costs in accuracy is 
 import shutil
 from pathlib import Path
 
-from jev.decide.decider import DRAFTER_DIR
+from jev.decide.bundle import DRAFTER_DIR
 from jev.generate.drafters.dspark import WEIGHTS_FILE as DSPARK_WEIGHTS_FILE
 from jev.model import Model
 from jev.model.base import BASE_FILE

@@ -8,6 +8,7 @@ tokenizer_config.json            its special tokens, for transformers' AutoToken
 heads.safetensors                per task: field query embeddings and head weights
 jev.json                         tasks (module reference, trained schema layout and hash, input
                                  token limit), calibrators, training provenance
+drafter/                         (optional) the drafter that writes text fields speculatively
 ```
 """
 
@@ -30,6 +31,7 @@ from jev.schema import DecisionSpec
 from jev.tokenizer import save_tokenizer
 
 MANIFEST_FILE = "jev.json"
+DRAFTER_DIR = "drafter"
 HEADS_FILE = "heads.safetensors"
 FORMAT_VERSION = 1
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from tokenizers import Tokenizer
 
 from jev.decide.bundle import (
+    DRAFTER_DIR,
     Manifest,
     TaskEntry,
     head_layouts,
@@ -60,7 +61,6 @@ from jev.schema import (
 )
 from jev.tokenizer import jev_tokenizer_config, load_tokenizer, load_tokenizer_config
 
-DRAFTER_DIR = "drafter"
 UNSAVED = "unsaved"  # the model id of a decider built in memory: nothing measured for it is stored
 NOTHING_TO_READ = (
     "the input has no text to read: every field is empty or whitespace (or holds only characters the "
