@@ -7,7 +7,7 @@ tokenizer.json                   byte-level BPE (HF tokenizers)
 tokenizer_config.json            its special tokens, for transformers' AutoTokenizer
 heads.safetensors                per task: field query embeddings and head weights
 jev.json                         tasks (module reference, trained schema layout and hash, input
-                                 token limit), calibrators, training provenance
+                                 token limit, rendering), calibrators, training provenance
 drafter/                         (optional) the drafter that writes text fields speculatively
 ```
 """
@@ -44,6 +44,7 @@ class TaskEntry:
     layout: dict[str, Any]
     schema_hash: str
     max_input_tokens: int
+    rendering: str = "fields"  # how the input is framed (`jev.decide.prompt`); older folders had only this one
 
 
 @dataclass

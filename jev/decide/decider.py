@@ -35,6 +35,7 @@ from jev.decide.bundle import (
 from jev.decide.calibration import TaskCalibration
 from jev.decide.decision import DecisionModel
 from jev.decide.kinds import kind_of
+from jev.decide.prompt import check_rendering, framed
 from jev.generate.answer import AnswerTokens
 from jev.generate.drafters import Drafter, load_drafter
 from jev.generate.profiles import ProfileMeasurement, load_profile
@@ -116,9 +117,16 @@ class Decider:
         self.bos_id = model.config.bos_token_id
         if self.bos_id is None or not 0 <= self.bos_id < tokenizer.get_vocab_size(with_added_tokens=True):
             raise JevError(f"the model's bos_token_id {self.bos_id} is not a token of its tokenizer")
+        for entry in manifest.tasks.values():
+            check_rendering(entry.rendering, self.chat_template)
         self.model_id = model_id
         self._compute = threading.Lock()
         self.profiling: ProfileMeasurement | None = None
+
+    @property
+    def chat_template(self) -> str | None:
+        """The base's chat template (`tokenizer_config.json`), which the `chat` rendering frames inputs with."""
+        return self.tokenizer_config.get("chat_template")
 
     @property
     def calibrations(self) -> dict[str, TaskCalibration]:
@@ -224,12 +232,13 @@ class Decider:
         max_batch: int = 32,
         tokenizer_config: dict | None = None,
         query_layer: int = 0,
+        rendering: str = "fields",
     ) -> "Decider":
         """A decider with freshly initialised heads; `tasks` maps each `module:NAME` reference to its task.
 
         `tokenizer_config` is the base's `tokenizer_config.json` (special tokens, chat template), kept
         as it is in the folder the decider is saved to; Jev's own when not given. The field queries
-        join the input at layer `query_layer`."""
+        join the input at layer `query_layer`; `rendering` frames every task's input (`jev.decide.prompt`)."""
         room = model.config.max_position_embeddings - max_input_tokens
         entries, heads = {}, {}
         for reference, task in tasks.items():
@@ -238,7 +247,7 @@ class Decider:
                     f"task {task.name!r}: {max_input_tokens} input tokens plus {len(task.spec.closed_fields)} field "
                     f"tokens exceed the model's {model.config.max_position_embeddings} positions"
                 )
-            entries[task.name] = TaskEntry(reference, task.spec.layout(), task.spec.hash, max_input_tokens)
+            entries[task.name] = TaskEntry(reference, task.spec.layout(), task.spec.hash, max_input_tokens, rendering)
             heads[task.name] = TaskHeads(model.config.hidden_size, head_layouts(task.spec))
         by_name = {task.name: task for task in tasks.values()}
         return cls(
@@ -286,8 +295,10 @@ class Decider:
         said = "".join(render_values(task, instance)).strip()
         if not said or not self.tokenizer.encode(said).ids:
             raise InvalidInputError(f"invalid input for task {task.name!r}:", [{"loc": "$", "msg": NOTHING_TO_READ}])
-        ids = [self.bos_id, *self.tokenizer.encode(render_input(task, instance)).ids]
-        limit = self.manifest.tasks[task.name].max_input_tokens
+        entry = self.manifest.tasks[task.name]
+        text, with_bos = framed(entry.rendering, task, render_input(task, instance), self.chat_template)
+        ids = [self.bos_id] * with_bos + self.tokenizer.encode(text).ids
+        limit = entry.max_input_tokens
         if len(ids) <= limit:
             return Encoded(ids, truncated=False)
         if not task.truncate:

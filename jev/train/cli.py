@@ -11,6 +11,7 @@ from typing import Any
 
 from jev.command import MODEL_HELP, model_folder
 from jev.data.examples import ROW_FORMAT
+from jev.decide.prompt import RENDERINGS
 from jev.generate.drafters.dspark import DSparkConfig
 from jev.model import ModelConfig
 from jev.schema import JevError, load_task
@@ -144,6 +145,9 @@ def _add_decide(train: argparse._SubParsersAction) -> None:
     parser.add_argument("--precision", choices=["auto", "float32", "bfloat16"], default="auto",
                         help="arithmetic of training steps; auto is bfloat16 autocast where the CPU has native "
                         "bfloat16 (AVX-512 BF16, AMX), else float32 (default: %(default)s)")
+    parser.add_argument("--rendering", choices=RENDERINGS, default="fields",
+                        help="how each input is framed: its field lines alone, after the task's description, or "
+                        "as a chat turn through the base's chat template (default: %(default)s)")
     parser.add_argument("--skip-invalid", action="store_true",
                         help="drop rows that fail validation (default: any invalid row stops the run)")
     parser.set_defaults(func=_run_decide)
@@ -168,7 +172,7 @@ def _run_decide(args: argparse.Namespace) -> int:
             skip_invalid=args.skip_invalid,
             answer_weight=args.answer_weight, answer_frozen_layers=args.answer_frozen_layers,
             frozen_layers=args.frozen_layers, frozen_mlps=args.frozen_mlps, patience=args.patience,
-            autocast=AUTOCAST[args.precision],
+            autocast=AUTOCAST[args.precision], rendering=args.rendering,
         )
     )
     print(f"wrote a decider to {out}")

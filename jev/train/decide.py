@@ -80,6 +80,7 @@ class DecideSettings:
     frozen_mlps: bool = False  # the MLPs above `frozen_layers` keep the base's weights too
     patience: int = 1  # epochs without a better validation loss after which a task stops training
     autocast: bool | None = None  # bfloat16 autocast; None: where the CPU computes in bfloat16 natively
+    rendering: str = "fields"  # how every task's input is framed (`jev.decide.prompt`)
     seed: int = 0
     skip_invalid: bool = False
 
@@ -91,7 +92,7 @@ class DecideSettings:
             "max_input_tokens": self.max_input_tokens, "indexer_weight": self.indexer_weight,
             "answer_weight": self.answer_weight, "answer_frozen_layers": self.answer_frozen_layers,
             "frozen_layers": self.frozen_layers, "frozen_mlps": self.frozen_mlps, "patience": self.patience,
-            "autocast": self.autocast, "seed": self.seed,
+            "autocast": self.autocast, "rendering": self.rendering, "seed": self.seed,
             "tasks": {d.task.name: {"reference": d.reference, "train": str(d.train), "valid": str(d.valid),
                                     "answer_weight": self.answer_weight_of(d)} for d in self.tasks},
         }
@@ -221,7 +222,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
     tasks = {data.reference: data.task for data in settings.tasks}
     decider = Decider.new(
         model, load_tokenizer(settings.base), tasks, settings.max_input_tokens,
-        tokenizer_config=load_tokenizer_config(settings.base), query_layer=frozen,
+        tokenizer_config=load_tokenizer_config(settings.base), query_layer=frozen, rendering=settings.rendering,
     )
     continued = continue_heads(decider, settings.base)
     if continued and ddp.is_main:
