@@ -11,11 +11,16 @@ On the test mails that have a subject line it scores the real subject's tokens, 
   write a subject line for the body, which it reads cut to the same token budget.
 
 Tokenizers differ, so beside nats per token it reports nats per character of the subject, the
-measure that compares them. Then ten test mails' generated subject lines beside the real ones.
+measure that compares them. Then the default model writes a subject for every scored mail, greedy,
+under each repetition guard of `--no-repeat-ngram` (0: none): how many lines end before the
+field's token limit, how many repeat a word, and the word-level F1 against the real subject; and
+ten of them beside the real ones.
 """
 
 import argparse
 import json
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -80,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old", type=Path, default=None, help="the previous default model's folder")
     parser.add_argument("--data", type=Path, default=Path("data"))
     parser.add_argument("--rows", type=int, default=200, help="test mails scored (default: %(default)s)")
+    parser.add_argument("--no-repeat-ngram", type=int, nargs="+", default=[0, 3],
+                        help="repetition guards to write the subjects under (default: %(default)s)")
     args = parser.parse_args(argv)
     rows = test_mails(args.data, args.rows)
     characters = sum(len(row["subject"].strip()) for row in rows)
@@ -95,18 +102,51 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"{len(rows)} test mails with a subject line ({characters} characters).", "",
              "| model | NLL nats / token | NLL nats / character |", "|---|---|---|"]
     lines += [f"| {name} | {r['nats_per_token']:.3f} | {r['nats_per_char']:.3f} |" for name, r in results.items()]
-    shown = rows[:SHOWN]
-    written = decider.decide_batch(MailDecision, [row["input"] for row in shown])
-    lines += ["", "Ten test mails, greedy:", "", "| real subject | Jev's subject |", "|---|---|"]
+    written = {}
+    lines += ["", f"Subjects written for the {len(rows)} mails, greedy:", "",
+              "| repetition guard | lines ending before the limit | lines repeating a word | word F1 with the real |",
+              "|---|---|---|---|"]
+    for n in args.no_repeat_ngram:
+        decider.text_settings = replace(decider.text_settings, no_repeat_ngram=n)
+        results_n = decider.decide_batch(MailDecision, [row["input"] for row in rows])
+        written[n] = [result.value.subject for result in results_n]
+        ended = sum("subject" not in result.model["truncated_texts"] for result in results_n)
+        repeating = sum(_repeats_a_word(text) for text in written[n])
+        f1 = sum(_word_f1(text, row["subject"]) for text, row in zip(written[n], rows, strict=True)) / len(rows)
+        results[f"guard {n}"] = {"ended": ended, "repeating": repeating, "word_f1": f1}
+        lines.append(f"| {_guard(n)} | {ended} | {repeating} | {f1:.3f} |")
+    lines += ["", "Ten of them:", "", "| real subject | " + " | ".join(_guard(n) for n in written) + " |",
+              "|---|" + "---|" * len(written)]
     samples = []
-    for row, result in zip(shown, written, strict=True):
-        real, mine = row["subject"].strip(), result.value.subject
-        samples.append({"real": real, "jev": mine})
-        lines.append(f"| {_cell(real)} | {_cell(mine)} |")
+    for i, row in enumerate(rows[:SHOWN]):
+        real = row["subject"].strip()
+        samples.append({"real": real, **{f"guard {n}": texts[i] for n, texts in written.items()}})
+        lines.append(f"| {_cell(real)} | " + " | ".join(_cell(texts[i]) for texts in written.values()) + " |")
     markdown = "\n".join(lines)
     print(markdown)
     write_results("subjects", {"scores": results, "samples": samples}, markdown)
     return 0
+
+
+def _guard(n: int) -> str:
+    return "none" if n == 0 else f"no {n}-gram twice"
+
+
+def _words(text: str) -> list[str]:
+    return text.lower().split()
+
+
+def _repeats_a_word(text: str) -> bool:
+    return any(count > 1 for count in Counter(_words(text)).values())
+
+
+def _word_f1(written: str, real: str) -> float:
+    """Word-level F1 of a written line against the real one, as SQuAD scores an answer."""
+    common = sum((Counter(_words(written)) & Counter(_words(real))).values())
+    if not common:
+        return 0.0
+    precision, recall = common / len(_words(written)), common / len(_words(real))
+    return 2 * precision * recall / (precision + recall)
 
 
 def _cell(text: str) -> str:

@@ -93,7 +93,7 @@ def test_text_continues_the_decision_cache_exactly_as_a_fresh_prompt(decider: De
         closed = {f.name: v for f, v in zip(spec.closed_fields, _closed_values(spec, result.value), strict=True)}
         prompt = [*decider.encode(EXAMPLE_TASK, ticket).token_ids, *answer.text_prefix(closed)]
         fresh = generate(decider.model, prompt, spec.field("summary").max_tokens + 1, temperature=0,
-                         stop=answer.text_end).tokens[0]
+                         stop=answer.text_end, no_repeat_ngram=decider.text_settings.no_repeat_ngram).tokens[0]
         ended = fresh[-1] in answer.text_end
         text = decider.tokenizer.decode(fresh if ended else fresh[:-1]).split('"')[0]
         assert result.value.summary == parse_text(text)

@@ -32,6 +32,7 @@ import torch
 
 from jev.generate.accept import SamplingSettings, accept_block, warp
 from jev.generate.drafters.protocol import Draft, Drafter, ReadsTargetStates
+from jev.generate.repeats import repeat_mask
 from jev.generate.scheduler import FixedLength, VerifyPolicy
 from jev.model import LatentCache, Model
 from jev.ragged import pad_rows, rows_of
@@ -171,6 +172,7 @@ def generate(
     stop: Collection[int] = (),
     policy: VerifyPolicy | None = None,
     state: TargetState | None = None,
+    no_repeat_ngram: int = 0,
 ) -> Generation:
     """Generate up to `max_new_tokens` per prompt; `drafter=None` is plain decoding.
 
@@ -183,6 +185,10 @@ def generate(
     so no prefill pass runs; its cache needs room for the new tokens plus `draft_len + 1`. A drafter
     that reads target states drafts from the first round where the state's hidden states are
     known, else from the second, after the first round's pass.
+
+    `no_repeat_ngram = n > 0` bans every token that would write an n-gram of the generated text a
+    second time (`jev.generate.repeats`); the distribution kept exactly is plain decoding's under
+    the same ban.
     """
     prompts = _as_batch(prompt_ids)
     batch = len(prompts)
@@ -192,6 +198,8 @@ def generate(
     )
     if budget.shape != (batch,) or bool((budget < 0).any()):
         raise ValueError(f"max_new_tokens must be >= 0, one value or one per prompt; got {max_new_tokens}")
+    if no_repeat_ngram < 0:
+        raise ValueError(f"no_repeat_ngram must be >= 0 (0 = off), got {no_repeat_ngram}")
     depth_cap = draft_len if drafter is not None else 0
     policy = policy or FixedLength()
     stop_ids = torch.tensor(sorted(stop), dtype=torch.int64)
@@ -236,7 +244,11 @@ def generate(
         hidden = model.hidden_states(
             torch.cat((pending.view(-1, 1), drafted), dim=1).to(model.device), cache=cache, lengths=lengths
         )
-        p = warp(model.lm_head(hidden), settings)
+        logits = model.lm_head(hidden)
+        if no_repeat_ngram:
+            banned = repeat_mask(out, out_n, drafted, no_repeat_ngram, logits.shape[-1])
+            logits = logits.masked_fill(banned.to(logits.device), float("-inf"))
+        p = warp(logits, settings)
         verdict = accept_block(p, q.to(p.dtype), drafted, n_verified, rng.uniform(1)[:, 0])
         stats.verify_seconds += time.perf_counter() - verify_started
 

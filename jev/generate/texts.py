@@ -26,13 +26,15 @@ from jev.schema.answer import parse_text
 
 @dataclass(frozen=True)
 class TextSettings:
-    """How text fields are generated: greedy by default, so a decision is reproducible."""
+    """How text fields are generated: greedy by default, so a decision is reproducible; no trigram of
+    a field's text is written twice (`jev.generate.repeats`), so greedy decoding cannot loop."""
 
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
     draft_len: int = 4
+    no_repeat_ngram: int = 3
 
 
 @dataclass
@@ -82,6 +84,7 @@ def write_texts(
             model, prompts, spec.max_tokens + 1, temperature=settings.temperature, top_p=settings.top_p,
             top_k=settings.top_k, seed=settings.seed, drafter=drafter, draft_len=settings.draft_len,
             stop=answer.text_end, policy=policy, state=TargetState.cached(model, cache, prompts, hidden),
+            no_repeat_ngram=settings.no_repeat_ngram,
         )
         stats = generation.stats
         written.forward_passes += stats.target_passes
