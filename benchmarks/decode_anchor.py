@@ -1,0 +1,93 @@
+"""Text-field decoding at batch 1 against llama.cpp's plain decode of the original GGUF, same threads.
+
+Both continue the same held-out mails, as the `mail` task's subject field continues them (the encoded
+body, then the answer JSON up to `"subject": "`), greedily, for `--new-tokens` tokens without
+stopping. Decode speed only: the prompt is read first, and the tokens/s count the tokens after
+it. Jev runs plain decoding and its shipped drafter at each of `--draft-lens` (no repetition guard,
+so both write the same kind of text); llama.cpp (`llama-cpp-python`, built from PyPI) runs the
+wheel's Q4_1 GGUF of SmolLM2-135M-Instruct, the model Jev's backbone was converted from.
+
+    pip install llama-cpp-python   # builds llama.cpp from source; a benchmark anchor only
+    python -m benchmarks.decode_anchor --model models/default
+"""
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.speculative import subject_prompts
+from jev.convert.source import smollm2_gguf
+from jev.decide.bundle import DRAFTER_DIR
+from jev.decide.decider import Decider
+from jev.generate.drafters import Drafter, load_drafter
+from jev.generate.loop import TargetState, generate
+from jev.model import Model
+
+
+def jev_rate(model: Model, prompt: list[int], new: int, drafter: Drafter | None, draft_len: int) -> float:
+    """Tokens/s of `generate` after the prompt is prefilled (the prefill is not timed)."""
+    with torch.inference_mode():
+        state = TargetState.prefill(model, [prompt], len(prompt) + new + draft_len + 2)
+        started = time.perf_counter()
+        out = generate(model, [prompt], new, temperature=0.0, drafter=drafter, draft_len=draft_len, state=state)
+    return len(out.tokens[0]) / (time.perf_counter() - started)
+
+
+def llama_cpp_rate(prompt: list[int], new: int) -> float:
+    """Tokens/s of llama.cpp's greedy decode after `prompt` is evaluated."""
+    from llama_cpp import Llama
+
+    llm = Llama(str(smollm2_gguf()), n_ctx=len(prompt) + new + 8, n_threads=torch.get_num_threads(), verbose=False)
+    llm.reset()
+    llm.eval(prompt)
+    started = time.perf_counter()
+    for _ in range(new):
+        token = llm.sample(top_k=1, temp=0.0)
+        llm.eval([token])
+    return new / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=Path("models/default"))
+    parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"))
+    parser.add_argument("--prompts", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--draft-lens", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    args = parser.parse_args()
+
+    decider = Decider.load(args.model, check_policies=False, speculative=False)
+    drafter = load_drafter(args.model / DRAFTER_DIR, decider.model)
+    prompts, _ = subject_prompts(decider, args.data, args.prompts)
+    runs = {"Jev, plain": lambda p: jev_rate(decider.model, p, args.new_tokens, None, 0)}
+    for k in args.draft_lens:
+        runs[f"Jev, drafter k={k}"] = lambda p, k=k: jev_rate(decider.model, p, args.new_tokens, drafter, k)
+    runs["llama.cpp, Q4_1 GGUF"] = lambda p: llama_cpp_rate(p, args.new_tokens)
+    rates = {}
+    for name, rate in runs.items():
+        rate(prompts[0])  # warm-up: first-call allocations
+        rates[name] = statistics.median(rate(p) for p in prompts)
+        print(name, f"{rates[name]:.1f} tok/s", flush=True)
+    anchor = rates["llama.cpp, Q4_1 GGUF"]
+    lines = [
+        f"Greedy decode of {args.new_tokens} tokens after each of {args.prompts} test mails' subject prompts "
+        "(median over prompts; prompt reading not timed), batch 1.",
+        "",
+        "| decoder | tok/s | against llama.cpp |",
+        "|---|---|---|",
+        *(f"| {name} | {rate:.1f} | {rate / anchor:.2f}x |" for name, rate in rates.items()),
+    ]
+    markdown = "\n".join(lines)
+    print(markdown)
+    if not args.no_write:
+        from benchmarks.report import write_results
+
+        write_results("decode_anchor", {"tokens_per_second": rates}, markdown)
+
+
+if __name__ == "__main__":
+    main()
