@@ -25,6 +25,8 @@ def command_of(settings: dict) -> str:
             words += [f"--{key.replace('_', '-')}", str(settings[key])]
     if settings.get("frozen_mlps"):
         words.append("--frozen-mlps")
+    if settings.get("rendering", "fields") != "fields":
+        words += ["--rendering", settings["rendering"]]
     return shlex.join(words)
 
 
@@ -35,7 +37,7 @@ def row_of(folder: Path) -> tuple[str, dict[str, float], dict[str, float | None]
         f"{task}.{key.removeprefix('accuracy.')}": value
         for task in training["settings"]["tasks"]
         for key, value in kept[task].items()
-        if key.startswith("accuracy.")
+        if key.startswith("accuracy.") or key == "loss"
     }
     seconds = {"wall": training["seconds"], "pass": training.get("lower_states_seconds")}
     return folder.name, scores, seconds, command_of(training["settings"])
@@ -47,12 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = [row_of(folder) for folder in args.folders]
     fields = sorted({name for _, scores, _, _ in rows for name in scores})
-    lines = ["Validation accuracy of the kept epoch; the run's recorded seconds, and of them the one-off pass",
+    lines = ["Validation loss and accuracy of the kept epoch; the run's recorded seconds, and of them the one-off pass",
              "to the query layer (\"-\": a record from before the pass was counted apart, whose seconds are the",
              "steps and evaluations only).", "",
              "| run | " + " | ".join(fields) + " | seconds | of them the pass |", "|---|" + "---|" * (len(fields) + 2)]
     for name, scores, seconds, _ in rows:
-        cells = [f"{100 * scores[f]:.1f}%" if f in scores else "-" for f in fields]
+        cells = [("-" if f not in scores else f"{scores[f]:.3f}" if f.endswith(".loss") else f"{100 * scores[f]:.1f}%")
+                 for f in fields]
         cached = "-" if seconds["pass"] is None else f"{seconds['pass']:.0f}"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {seconds['wall']:.0f} | {cached} |")
     lines.append("")
