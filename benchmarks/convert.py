@@ -198,7 +198,7 @@ def measure_model(
     steps = {stage: len(losses) for stage, losses in provenance["history"].items()}
     if provenance.get("init"):
         earlier = provenance["init"]["provenance"]["history"]
-        steps = {stage: steps[stage] + len(earlier[stage]) for stage in steps}
+        steps = {stage: steps[stage] + len(earlier.get(stage, [])) for stage in steps}
     out = {"folder": str(folder), "heal_steps": steps, "index_topk": model.config.index_topk}
     with model.attending_every_key():
         out["dense"] = {name: perplexity(model, blocks) for name, blocks in texts.items()}

@@ -200,3 +200,30 @@ def test_healing_further_starts_from_a_converted_folder_and_refuses_other_ranks(
     assert torch.equal(before["backbone.layers.0.mlp.up_proj.weight"], after["backbone.layers.0.mlp.up_proj.weight"])
     other = [a if a != "24" else "16" for a in common]
     assert main(["convert", "--out", str(tmp_path / "x"), "--init", str(first), *more, *other]) == 2
+
+
+def test_the_sparse_stage_distills_under_dsa_and_leaves_the_indexers(gguf_file, tmp_path, monkeypatch):
+    from jev.model.indexer import Indexer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    common = ["--source", str(gguf_file), "--corpus", str(corpus), "--kv-lora-rank", "24", "--qk-rope-head-dim", "8",
+              "--index-head-dim", "8", "--index-topk", "16", "--block-size", "64", "--calibration-blocks", "4",
+              "--batch-size", "2"]
+    first, sparse = tmp_path / "first", tmp_path / "sparse"
+    assert main(["convert", "--out", str(first), *common, "--transfer-steps", "1", "--distill-steps", "1",
+                 "--indexer-steps", "1"]) == 0
+    selections = []
+    select = Indexer.select
+    monkeypatch.setattr(Indexer, "select", lambda self, *a: selections.append(1) or select(self, *a))
+    more = ["--transfer-steps", "0", "--distill-steps", "1", "--indexer-steps", "0", "--sparse-steps", "2"]
+    assert main(["convert", "--out", str(sparse), "--init", str(first), *more, *common]) == 0
+    layers = Model.from_pretrained(first).config.num_hidden_layers
+    assert len(selections) == 2 * layers, "only the sparse steps select keys: one selection per layer and step"
+    history = json.loads((sparse / "convert.json").read_text())["history"]
+    assert [len(history[s]) for s in ("transfer", "distill", "indexer", "sparse")] == [0, 1, 0, 2]
+    before, after = Model.from_pretrained(first).state_dict(), Model.from_pretrained(sparse).state_dict()
+    indexer = [name for name in before if ".indexer." in name]
+    assert indexer and all(torch.equal(before[name], after[name]) for name in indexer)
+    name = "backbone.layers.0.self_attn.kv_b_proj.weight"
+    assert not torch.equal(before[name], after[name])

@@ -7,7 +7,7 @@ import torch
 
 from jev.command import MODEL_HELP, model_folder
 from jev.convert.closed_form import MLARanks
-from jev.convert.heal import HealSettings
+from jev.convert.heal import STAGES, HealSettings
 from jev.convert.source import smollm2_gguf
 
 
@@ -45,7 +45,7 @@ def _add_convert(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--index-topk", type=int, default=ranks.index_topk, help="keys each query attends to")
     parser.add_argument("--block-size", type=int, default=512, help="tokens per healing row")
     parser.add_argument("--calibration-blocks", type=int, default=32, help="rows for the closed-form statistics")
-    for stage in ("transfer", "distill", "indexer"):
+    for stage in STAGES:
         parser.add_argument(f"--{stage}-steps", type=int, default=heal.steps(stage), help=f"{stage} stage steps")
         parser.add_argument(f"--{stage}-lr", type=float, default=heal.lr(stage), help=f"{stage} stage peak lr")
     parser.add_argument("--freeze", nargs="*", default=list(heal.frozen), choices=["q_a_proj", "o_proj"],
@@ -73,7 +73,8 @@ def _run_convert(args: argparse.Namespace) -> int:
         ),
         heal=HealSettings(
             transfer_steps=args.transfer_steps, distill_steps=args.distill_steps, indexer_steps=args.indexer_steps,
-            transfer_lr=args.transfer_lr, distill_lr=args.distill_lr, indexer_lr=args.indexer_lr,
+            sparse_steps=args.sparse_steps, transfer_lr=args.transfer_lr, distill_lr=args.distill_lr,
+            indexer_lr=args.indexer_lr, sparse_lr=args.sparse_lr,
             batch_size=args.batch_size, seed=args.seed, save_every=args.save_every, frozen=tuple(args.freeze),
         ),
         block_size=args.block_size,

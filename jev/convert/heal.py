@@ -8,13 +8,17 @@
    only; embeddings, MLPs and norms stay as the source has them.
 3. `indexer`: DeepSeek-V3.2's dense warm-up: each DSA indexer learns the head-summed attention
    distribution of its layer (KL), everything else frozen.
+4. `sparse` (none by default): the distillation again, but with DSA selecting: attention learns to
+   do with the keys the trained indexers keep, as DeepSeek-V3.2's sparse stage trains the model
+   under its own selection. The indexers stay as stage 3 left them.
 
-Stages 1 and 2 attend to every key (the indexers are not trained yet); the state is saved to
+Stages 1 to 3 attend to every key (the indexers are not trained yet); the state is saved to
 `state_dir` every `save_every` steps and at each stage's end, and a rerun continues from it.
 Everything runs in float32: on this CPU, bfloat16 autocast made an MLA layer's backward several times
 slower (attention falls off the fused kernels), more than its matmuls gain.
 """
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -29,7 +33,7 @@ from jev.model.mla import AttentionBatch
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.state import STATE_FILE, find_train_state, load_train_state, save_train_state
 
-STAGES = ("transfer", "distill", "indexer")
+STAGES = ("transfer", "distill", "indexer", "sparse")
 
 
 @dataclass(frozen=True)
@@ -39,10 +43,12 @@ class HealSettings:
     transfer_steps: int = 80
     distill_steps: int = 60
     indexer_steps: int = 30
+    sparse_steps: int = 0
     batch_size: int = 4
     transfer_lr: float = 5e-4
     distill_lr: float = 1e-4
     indexer_lr: float = 1e-3
+    sparse_lr: float = 1e-4
     warmup: int = 10
     seed: int = 0
     save_every: int = 10
@@ -119,6 +125,7 @@ STEPS: dict[str, Callable[[Model, LlamaTeacher, torch.Tensor], float]] = {
     "transfer": transfer_step,
     "distill": distill_step,
     "indexer": indexer_step,
+    "sparse": distill_step,
 }
 
 
@@ -136,7 +143,9 @@ def heal(
     done, and the ones after it start fresh from its weights.
     """
     saved = read_progress(state_dir)
-    history: dict[str, list[dict]] = saved["history"] if saved else {stage: [] for stage in STAGES}
+    history: dict[str, list[dict]] = saved["history"] if saved else {}
+    for stage in STAGES:  # a state saved before a stage existed has no history for it
+        history.setdefault(stage, [])
     for stage in STAGES:
         if saved and STAGES.index(stage) < STAGES.index(saved["stage"]):
             continue
@@ -178,7 +187,7 @@ def _run_stage(
     params = [p for group in optimizer.param_groups for p in group["params"]]
     model.train()
     began = time.perf_counter()
-    with model.attending_every_key():
+    with contextlib.nullcontext() if stage == "sparse" else model.attending_every_key():
         for step in range(start, total):
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, settings.lr(stage), settings.warmup, total)
