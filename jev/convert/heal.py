@@ -12,7 +12,8 @@
    do with the keys the trained indexers keep, as DeepSeek-V3.2's sparse stage trains the model
    under its own selection. The indexers stay as stage 3 left them.
 
-Stages 1 to 3 attend to every key (the indexers are not trained yet); the state is saved to
+Stages 1 and 2 attend to every key (the indexers are not trained yet), stage 3 too (it learns the
+dense distribution), stage 4 only to the keys DSA selects. The state is saved to
 `state_dir` every `save_every` steps and at each stage's end, and a rerun continues from it.
 Everything runs in float32: on this CPU, bfloat16 autocast made an MLA layer's backward several times
 slower (attention falls off the fused kernels), more than its matmuls gain.

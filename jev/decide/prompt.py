@@ -10,7 +10,6 @@ The framing is recorded in `jev.json` with the task, so serving frames an input 
 """
 
 from functools import lru_cache
-from typing import Literal, get_args
 
 from jinja2 import Template
 from jinja2.exceptions import TemplateError
@@ -18,8 +17,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from jev.schema import JevError, Task
 
-Rendering = Literal["fields", "described", "chat"]
-RENDERINGS: tuple[str, ...] = get_args(Rendering)
+RENDERINGS = ("fields", "described", "chat")
 
 
 def framed(rendering: str, task: Task, fields: str, chat_template: str | None) -> tuple[str, bool]:
