@@ -7,7 +7,8 @@ oracle selection takes, per query and layer, the k keys with the largest attenti
 summed over heads (the indexer's training target), from the model's own dense scores. It is run
 on the source (SmolLM2, grouped-query attention) and on the converted model, beside the indexer,
 on the held-out windows of `benchmarks/convert.py`. Also reported: the share of the head-summed
-attention that falls outside the oracle's k keys, averaged over layers and queries.
+attention (of the model's own dense scores in that pass) that falls outside the kept keys, the
+oracle's or the indexer's, averaged over layers and queries.
 
     python -m benchmarks.topk_oracle --model runs/smollm2-mla-long --data data
 """
@@ -42,22 +43,26 @@ class Missed:
 
 
 @contextlib.contextmanager
-def oracle_attention(k: int, missed: Missed) -> Iterator[None]:
+def oracle_attention(k: int | None, missed: Missed) -> Iterator[None]:
     """Every causal `scaled_dot_product_attention` call keeps, per query, its k keys of largest
     head-summed probability. Both models attend through it when dense (the source always, the
-    converted model under `attending_every_key`), so one hook serves both."""
+    converted model under `attending_every_key`), so one hook serves both. With `k=None` a call
+    keeps the keys its mask selects (DSA's indexer) and only the attention mass it misses is counted."""
     real = F.scaled_dot_product_attention
 
     def attend(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, **kwargs):
-        if not is_causal or attn_mask is not None:
-            raise ValueError("the oracle hook expects plain causal attention")
+        if (k is None) == (attn_mask is None) or (attn_mask is None and not is_causal):
+            raise ValueError("the oracle hook expects causal attention, or a selection mask with k=None")
         heads, length = query.shape[1], query.shape[2]
         keys = key.repeat_interleave(heads // key.shape[1], dim=1) if enable_gqa else key
         causal = torch.ones(length, length, dtype=torch.bool, device=query.device).tril()
         scores = (query @ keys.transpose(-1, -2)) * (scale or query.shape[-1] ** -0.5)
         probs = scores.masked_fill(~causal, float("-inf")).softmax(-1).sum(1) / heads
-        kept = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, probs.topk(min(k, length), dim=-1).indices, True)
-        kept &= causal
+        if k is None:
+            kept = attn_mask[:, 0] & causal
+        else:
+            top = probs.topk(min(k, length), dim=-1).indices
+            kept = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, top, True) & causal
         missed.add(1 - (probs * kept).sum(-1))
         return real(query, key, value, attn_mask=kept.unsqueeze(1), scale=scale, enable_gqa=enable_gqa, **kwargs)
 
@@ -84,29 +89,29 @@ def main() -> None:
     reference = {name: perplexity(teacher, blocks) for name, blocks in texts.items()}
     rows: dict[str, dict] = {}
 
-    def score(label: str, run, k: int | None = None) -> None:
+    def score(label: str, run, k: int | None = None, hooked: bool = True) -> None:
         missed = Missed()
-        with oracle_attention(k, missed) if k else contextlib.nullcontext():
+        with oracle_attention(k, missed) if hooked else contextlib.nullcontext():
             ppl = {name: perplexity(run, blocks) for name, blocks in texts.items()}
         rows[label] = {"ratio": {name: ppl[name] / reference[name] for name in texts},
-                       "missed": missed.mean if k else None}
+                       "missed": missed.mean if hooked else None}
         print(label, rows[label], flush=True)
 
     for k in args.topk:
         score(f"source, oracle top-{k}", teacher, k)
     with model.attending_every_key():
-        score("converted, dense", model)
+        score("converted, dense", model, hooked=False)
         for k in args.topk:
             score(f"converted, oracle top-{k}", model, k)
     for k in args.topk:
         with model.selecting(k):
-            score(f"converted, indexer top-{k}", model)
+            score(f"converted, indexer top-{k}", model, None)
 
     names = list(texts)
     lines = [
         f"Perplexity divided by the source's (SmolLM2-135M-Instruct, dense), on {args.windows} windows of 1024 "
         f"tokens per text; converted = `{args.model}`. \"missed\" is the head-summed attention outside the "
-        "oracle's keys.",
+        "kept keys (the oracle's or the indexer's).",
         "",
         "| attention | " + " | ".join(names) + " | missed |",
         "|---|" + "---|" * (len(names) + 1),
