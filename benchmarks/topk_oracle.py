@@ -79,6 +79,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("data"))
     parser.add_argument("--windows", type=int, default=6, help="1024-token windows per text")
     parser.add_argument("--topk", type=int, nargs="+", default=[128, 256, 512])
+    parser.add_argument("--no-oracle", action="store_true",
+                        help="only dense and the indexer's selection (to compare converted folders quickly)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
@@ -97,11 +99,12 @@ def main() -> None:
                        "missed": missed.mean if hooked else None}
         print(label, rows[label], flush=True)
 
-    for k in args.topk:
+    oracle_ks = [] if args.no_oracle else args.topk
+    for k in oracle_ks:
         score(f"source, oracle top-{k}", teacher, k)
     with model.attending_every_key():
         score("converted, dense", model, hooked=False)
-        for k in args.topk:
+        for k in oracle_ks:
             score(f"converted, oracle top-{k}", model, k)
     for k in args.topk:
         with model.selecting(k):
