@@ -29,8 +29,8 @@ JEV = [sys.executable, "-m", "jev.cli"]
 
 
 def run(command: list[str]) -> float:
-    """Run one jev command as a user would; its wall seconds."""
-    print("$", " ".join(command[2:] if command[:3] == JEV else command), flush=True)
+    """Run one jev command (`JEV` + arguments) as a user would; its wall seconds."""
+    print("$ jev", " ".join(command[len(JEV):]), flush=True)
     started = time.perf_counter()
     subprocess.run(command, check=True)
     return time.perf_counter() - started
