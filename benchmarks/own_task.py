@@ -65,7 +65,8 @@ def main() -> None:
     decider = Decider.load(args.out, speculative=False)
     results = {"sotu": evaluate_task(decider, "sotu", args.data, MiniLMEncoder.load().encode)}
     markdown = "\n".join([
-        f"Rows per split: {counts} (`examples/sotu.py`; whole addresses per split). Trained from "
+        f"Rows per split: {', '.join(f'{split} {n}' for split, n in counts.items())} (`examples/sotu.py`; "
+        "whole addresses per split). Trained from "
         f"`{args.base}` with its recipe (query layer {manifest['query_layer']}), "
         f"{args.epochs} epochs, at most {args.max_input_tokens} input tokens; kept epoch "
         f"{training['best_epoch']}. Training: {training['seconds'] / 60:.1f} min by the run's own record"
