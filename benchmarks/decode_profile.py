@@ -1,0 +1,70 @@
+"""Where a plain decode step's time goes: torch's profiler over greedy decoding at batch 1.
+
+It continues one test mail's subject prompt (as `benchmarks/decode_anchor.py` does) for
+`--new-tokens` tokens under `torch.profiler` and reports the ops that take the most time of their
+own, with their call counts per step, and the step's wall time.
+
+    python -m benchmarks.decode_profile --model models/default
+"""
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.speculative import subject_prompts
+from jev.decide.decider import Decider
+from jev.generate.loop import TargetState, generate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=Path("models/default"))
+    parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"))
+    parser.add_argument("--new-tokens", type=int, default=20)
+    parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    args = parser.parse_args()
+
+    decider = Decider.load(args.model, check_policies=False, speculative=False)
+    model = decider.model
+    prompt = subject_prompts(decider, args.data, 1)[0][0]
+
+    def decode() -> int:
+        state = TargetState.prefill(model, [prompt], len(prompt) + args.new_tokens + 2)
+        return len(generate(model, [prompt], args.new_tokens, temperature=0.0, state=state).tokens[0])
+
+    with torch.inference_mode():
+        decode()  # warm-up
+        started = time.perf_counter()
+        steps = decode()
+        step_ms = (time.perf_counter() - started) / steps * 1000
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            decode()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    lines = [
+        f"Greedy decode at batch 1 of `{args.model}`, {steps} tokens after one test mail's subject prompt: "
+        f"{step_ms:.1f} ms a step unprofiled. The profiled run's ops by their own time, over {steps} steps "
+        f"(prefill included, so counts are approximate):",
+        "",
+        "| op | share of own time | ms per step | calls per step |",
+        "|---|---|---|---|",
+    ]
+    for event in events[: args.top]:
+        lines.append(f"| `{event.key}` | {100 * event.self_cpu_time_total / total:.1f}% "
+                     f"| {event.self_cpu_time_total / 1000 / steps:.2f} | {event.count / steps:.0f} |")
+    calls = sum(e.count for e in events) / steps
+    lines += ["", f"All ops: {calls:.0f} calls per step, {total / 1000 / steps:.1f} ms of own time per step."]
+    markdown = "\n".join(lines)
+    print(markdown)
+    if not args.no_write:
+        from benchmarks.report import write_results
+
+        write_results("decode_profile", {"step_ms": step_ms, "calls_per_step": calls}, markdown)
+
+
+if __name__ == "__main__":
+    main()
