@@ -43,6 +43,19 @@ def test_warp_greedy_rows_are_one_hot_and_rows_are_independent() -> None:
     assert torch.allclose(probs.sum(-1), torch.ones(3, 4, dtype=torch.float64))
 
 
+def test_warp_without_filters_skips_the_sort_and_agrees_with_the_filtering_path(monkeypatch) -> None:
+    logits = torch.randn(3, 2, 50, dtype=torch.float64)
+    sorting = torch.Tensor.sort
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "sort", lambda self, *a, **k: calls.append(1) or sorting(self, *a, **k))
+    alone = warp(logits, settings(3, temperature=[0.0, 1.0, 0.7]))
+    assert not calls, "no row filters, so nothing is sorted"
+    mixed = warp(logits, settings(3, temperature=[0.0, 1.0, 0.7], top_p=[1.0, 1.0, 0.999999]))
+    assert calls, "a top-p row takes the filtering path"
+    assert torch.allclose(alone[:2], mixed[:2], rtol=0, atol=1e-15)
+    assert torch.allclose(alone[2], (logits[2] / 0.7).softmax(-1), rtol=0, atol=1e-15)
+
+
 def test_settings_refuse_bad_values() -> None:
     with pytest.raises(ValueError, match="temperature"):
         settings(temperature=-1.0)

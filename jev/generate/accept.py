@@ -74,12 +74,16 @@ def warp(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
     Order as in vLLM's `compute_probs`: temperature, then top-k (ties with the k-th value kept),
     then top-p on the tempered distribution (the smallest prefix, by descending probability, whose
     mass reaches top_p), then softmax over what is left. Greedy rows are one-hot at the argmax.
-    The result has the dtype of `logits`; nothing is modified in place.
+    Without a top-k or top-p row nothing is filtered, so the sort is skipped (greedy decoding
+    would otherwise sort the whole vocabulary every step). The result has the dtype of `logits`;
+    nothing is modified in place.
     """
     shape = (logits.shape[0],) + (1,) * (logits.dim() - 1)
     temperature = settings.temperature.to(logits.device, logits.dtype).view(shape)
     greedy = settings.greedy.to(logits.device).view(shape)
     scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)
+    if not bool((settings.top_k > 0).any() or (settings.top_p < 1).any()):  # nothing to filter: no sort
+        return _with_greedy(logits, scaled.softmax(dim=-1), settings, greedy)
     ordered, order = scaled.sort(dim=-1, descending=True)
     ranks = torch.arange(logits.shape[-1], device=logits.device)
     top_k_drop = None
@@ -95,7 +99,13 @@ def warp(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
     if top_k_drop is not None:
         drop = drop | top_k_drop
     keep = torch.zeros_like(drop).scatter(-1, order, ~drop)
-    probs = scaled.masked_fill(~keep, float("-inf")).softmax(dim=-1)
+    return _with_greedy(logits, scaled.masked_fill(~keep, float("-inf")).softmax(dim=-1), settings, greedy)
+
+
+def _with_greedy(
+    logits: torch.Tensor, probs: torch.Tensor, settings: SamplingSettings, greedy: torch.Tensor
+) -> torch.Tensor:
+    """`probs` with the greedy rows one-hot at their argmax."""
     if not bool(settings.greedy.any()):
         return probs
     one_hot = torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(probs.dtype)
