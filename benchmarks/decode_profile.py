@@ -1,19 +1,20 @@
 """Where a plain decode step's time goes: torch's profiler over greedy decoding at batch 1.
 
-It continues one test mail's subject prompt (as `benchmarks/decode_anchor.py` does) for
-`--new-tokens` tokens under `torch.profiler` and reports the ops that take the most time of their
-own, with their call counts per step, and the step's wall time.
+It continues one test mail's subject prompt (as `benchmarks/decode_anchor.py` does, and timed
+the same way, after the prompt is read) for `--new-tokens` tokens, then again under
+`torch.profiler`, and reports the step's wall time and the ops that take the most time of their
+own, with their call counts per step.
 
     python -m benchmarks.decode_profile --model models/default
 """
 
 import argparse
-import time
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks.decode_anchor import jev_rate
 from benchmarks.speculative import subject_prompts
 from jev.decide.decider import Decider
 from jev.generate.loop import TargetState, generate
@@ -32,23 +33,18 @@ def main() -> None:
     model = decider.model
     prompt = subject_prompts(decider, args.data, 1)[0][0]
 
-    def decode() -> int:
-        state = TargetState.prefill(model, [prompt], len(prompt) + args.new_tokens + 2)
-        return len(generate(model, [prompt], args.new_tokens, temperature=0.0, state=state).tokens[0])
-
     with torch.inference_mode():
-        decode()  # warm-up
-        started = time.perf_counter()
-        steps = decode()
-        step_ms = (time.perf_counter() - started) / steps * 1000
+        jev_rate(model, prompt, args.new_tokens, None, 0)  # warm-up
+        step_ms = 1000 / jev_rate(model, prompt, args.new_tokens, None, 0)
+        state = TargetState.prefill(model, [prompt], len(prompt) + args.new_tokens + 2)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            decode()
+            steps = len(generate(model, [prompt], args.new_tokens, temperature=0.0, state=state).tokens[0])
     events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in events)
     lines = [
         f"Greedy decode at batch 1 of `{args.model}`, {steps} tokens after one test mail's subject prompt: "
-        f"{step_ms:.1f} ms a step unprofiled. The profiled run's ops by their own time, over {steps} steps "
-        f"(prefill included, so counts are approximate):",
+        f"{step_ms:.1f} ms a step unprofiled (prompt read first, not timed). The profiled run's ops by their own "
+        f"time, over its {steps} steps:",
         "",
         "| op | share of own time | ms per step | calls per step |",
         "|---|---|---|---|",

@@ -69,7 +69,8 @@ def main() -> None:
         "whole addresses per split). Trained from "
         f"`{args.base}` with its recipe (query layer {manifest['query_layer']}), "
         f"{args.epochs} epochs, at most {args.max_input_tokens} input tokens; kept epoch "
-        f"{training['best_epoch']}. Training: {training['seconds'] / 60:.1f} min by the run's own record"
+        f"{training['best_epoch']}. Training: {training['seconds'] / 60:.1f} min by the run's own record, "
+        f"{training['lower_states_seconds'] / 60:.1f} of them the one-off pass to layer {manifest['query_layer']}"
         + (f", {train_seconds / 60:.1f} min of wall time for the whole command; `jev calibrate` "
            f"{calibrate_seconds:.0f} s." if train_seconds else "."),
         "",

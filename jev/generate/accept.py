@@ -83,7 +83,7 @@ def warp(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
     greedy = settings.greedy.to(logits.device).view(shape)
     scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)
     if not bool((settings.top_k > 0).any() or (settings.top_p < 1).any()):  # nothing to filter: no sort
-        return _with_greedy(logits, scaled.softmax(dim=-1), settings, greedy)
+        return _with_greedy(logits, scaled.softmax(dim=-1), greedy)
     ordered, order = scaled.sort(dim=-1, descending=True)
     ranks = torch.arange(logits.shape[-1], device=logits.device)
     top_k_drop = None
@@ -99,14 +99,12 @@ def warp(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
     if top_k_drop is not None:
         drop = drop | top_k_drop
     keep = torch.zeros_like(drop).scatter(-1, order, ~drop)
-    return _with_greedy(logits, scaled.masked_fill(~keep, float("-inf")).softmax(dim=-1), settings, greedy)
+    return _with_greedy(logits, scaled.masked_fill(~keep, float("-inf")).softmax(dim=-1), greedy)
 
 
-def _with_greedy(
-    logits: torch.Tensor, probs: torch.Tensor, settings: SamplingSettings, greedy: torch.Tensor
-) -> torch.Tensor:
-    """`probs` with the greedy rows one-hot at their argmax."""
-    if not bool(settings.greedy.any()):
+def _with_greedy(logits: torch.Tensor, probs: torch.Tensor, greedy: torch.Tensor) -> torch.Tensor:
+    """`probs` with the greedy rows (`greedy`, broadcastable to them) one-hot at their argmax."""
+    if not bool(greedy.any()):
         return probs
     one_hot = torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(probs.dtype)
     return torch.where(greedy, one_hot, probs)
