@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, model_folder
+from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, WEIGHTS_HELP, model_folder
+from jev.model.quantized import WEIGHTS
 from jev.schema import JevError
 
 
@@ -17,6 +18,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("input", help='the input as JSON, e.g. \'{"body": "..."}\'; - reads standard input')
     parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
     parser.add_argument("--no-speculative", action="store_true", help=NO_SPECULATIVE_HELP)
+    parser.add_argument("--weights", choices=WEIGHTS, default="float32", help=WEIGHTS_HELP)
     parser.set_defaults(func=_run_decide)
     profile = commands.add_parser(
         "profile", help="measure and store this machine's verify profile for a model's drafter (once per machine)",
@@ -26,6 +28,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     profile.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
+    profile.add_argument("--weights", choices=WEIGHTS, default="float32", help=WEIGHTS_HELP)
     profile.set_defaults(func=_run_profile)
 
 def _run_decide(args: argparse.Namespace) -> int:
@@ -36,7 +39,8 @@ def _run_decide(args: argparse.Namespace) -> int:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise JevError(f"the input is not JSON: {exc}") from exc
-    result = Decider.load(model_folder(args.model), speculative=not args.no_speculative).decide(args.task, data)
+    decider = Decider.load(model_folder(args.model), speculative=not args.no_speculative, weights=args.weights)
+    result = decider.decide(args.task, data)
     print(result.model_dump_json(indent=2))
     return 0
 
@@ -46,7 +50,7 @@ def _run_profile(args: argparse.Namespace) -> int:
     from jev.generate.profiles import cache_dir
 
     folder = model_folder(args.model)
-    decider = Decider.load(folder)
+    decider = Decider.load(folder, weights=args.weights)
     if decider.drafter is None:
         print(f"{folder} has no drafter: its text fields decode plainly, there is nothing to profile")
     elif decider.profiling is None:

@@ -43,6 +43,7 @@ from jev.generate.scheduler import LoadAwareScheduler, VerifyPolicy
 from jev.generate.texts import TextSettings, WrittenTexts, cache_room, write_texts
 from jev.model import LatentCache, Model
 from jev.model.heads import TaskHeads
+from jev.model.quantized import Weights, quantize
 from jev.schema import (
     Decided,
     FieldOutcome,
@@ -188,6 +189,7 @@ class Decider:
         max_batch: int = 32,
         check_policies: bool = True,
         speculative: bool = True,
+        weights: Weights = "float32",
     ) -> "Decider":
         """Load a decider folder. Tasks are imported from the references in `jev.json` unless given.
 
@@ -197,6 +199,8 @@ class Decider:
         conformal coverage its calibration was not fitted at, unless `check_policies=False` (as
         `jev calibrate` loads it, to fit that calibration). The folder's `drafter/`, if any, drafts
         text fields unless `speculative=False`; its verify profile is loaded, or starts measuring.
+        `weights` other than float32 stores the backbone's large matrices smaller (`jev.model.quantized`),
+        and the model id says so.
         """
         folder = Path(path)
         manifest = Manifest.read(folder)
@@ -210,12 +214,14 @@ class Decider:
             check_layout(task.spec, entry.layout, name)
             resolved[name] = task
         model = Model.from_pretrained(folder)
+        quantize(model, weights)
         layouts = {name: head_layouts(task.spec) for name, task in resolved.items()}
         heads = load_heads(folder, layouts, model.config.hidden_size)
         drafter = load_drafter(folder / DRAFTER_DIR, model) if speculative and (folder / DRAFTER_DIR).is_dir() else None
         decider = cls(
             model, load_tokenizer(folder), resolved, DecisionModel(model, heads, manifest.query_layer), manifest,
-            max_batch, model_id(folder), drafter, tokenizer_config=load_tokenizer_config(folder),
+            max_batch, model_id(folder) + ("" if weights == "float32" else f"-{weights}"), drafter,
+            tokenizer_config=load_tokenizer_config(folder),
         )
         if check_policies:
             decider.check_policies()

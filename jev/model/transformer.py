@@ -62,14 +62,18 @@ class Model(nn.Module):
             self.lm_head.weight = self.backbone.embed_tokens.weight
         # The registry package file the carried-over weights came from (set by `from_pretrained`).
         self.base: BaseReference | None = None
+        # What the large matrix products' weights are stored as (`jev.model.quantized`): anything but
+        # float32 is for inference only.
+        self.weights = "float32"
 
     @property
     def device(self) -> torch.device:
-        return self.lm_head.weight.device
+        return self.backbone.embed_tokens.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.lm_head.weight.dtype
+        """The dtype of the activations and the cache (quantised weights still compute in it)."""
+        return self.backbone.embed_tokens.weight.dtype
 
     def new_cache(self, batch_size: int, max_len: int) -> LatentCache:
         """An empty latent cache for `batch_size` sequences of up to `max_len` tokens."""
@@ -235,6 +239,8 @@ class Model(nn.Module):
         `base.json`, not written (a weight training changed is written). `standalone` writes every
         weight and no `base.json`, for tools that know nothing of Jev's bases.
         """
+        if self.weights != "float32":
+            raise ValueError(f"a model with {self.weights} weights is for inference only; save the float one")
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.config.save(path)

@@ -10,7 +10,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, model_folder, run
+from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, WEIGHTS_HELP, model_folder, run
+from jev.model.quantized import WEIGHTS
 from jev.schema import JevError
 from jev.serve.settings import ServeSettings, env_name
 
@@ -26,6 +27,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPar
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument("--no-speculative", action="store_true", help=NO_SPECULATIVE_HELP)
+    parser.add_argument("--weights", choices=WEIGHTS, default="float32", help=WEIGHTS_HELP)
     for f in fields(ServeSettings):
         if f.name == "api_keys":
             parser.add_argument("--api-key", dest="api_keys", action="append",
@@ -55,7 +57,8 @@ def run_serve(args: argparse.Namespace) -> int:
     from jev.serve.engine import Engine
 
     settings = settings_from_args(args)
-    app = create_app(Engine.load(model_folder(args.model), speculative=not args.no_speculative), settings)
+    engine = Engine.load(model_folder(args.model), speculative=not args.no_speculative, weights=args.weights)
+    app = create_app(engine, settings)
     uvicorn.run(
         app, host=args.host, port=args.port, log_level=args.log_level,
         timeout_graceful_shutdown=int(settings.drain_timeout_s) or None,

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from jev.decide.decider import Decider, Encoded
+from jev.model.quantized import Weights
 from jev.schema import Decided, Task
 
 
@@ -29,10 +30,11 @@ class Engine:
         }
 
     @classmethod
-    def load(cls, folder: str | Path, speculative: bool = True) -> "Engine":
-        """Load a decider folder; `speculative=False` writes text fields without its drafter."""
+    def load(cls, folder: str | Path, speculative: bool = True, weights: Weights = "float32") -> "Engine":
+        """Load a decider folder; `speculative=False` writes text fields without its drafter, and
+        `weights` says what its large matrices are stored as (`jev.model.quantized`)."""
         path = Path(folder)
-        return cls(Decider.load(path, speculative=speculative), path.resolve().name)
+        return cls(Decider.load(path, speculative=speculative, weights=weights), path.resolve().name)
 
     @property
     def tasks(self) -> dict[str, Task]:
