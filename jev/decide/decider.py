@@ -42,8 +42,8 @@ from jev.generate.profiles import ProfileMeasurement, load_profile
 from jev.generate.scheduler import LoadAwareScheduler, VerifyPolicy
 from jev.generate.texts import TextSettings, WrittenTexts, cache_room, write_texts
 from jev.model import LatentCache, Model
+from jev.model.fp16 import Weights, store_weights
 from jev.model.heads import TaskHeads
-from jev.model.quantized import Weights, quantize
 from jev.schema import (
     Decided,
     FieldOutcome,
@@ -199,7 +199,7 @@ class Decider:
         conformal coverage its calibration was not fitted at, unless `check_policies=False` (as
         `jev calibrate` loads it, to fit that calibration). The folder's `drafter/`, if any, drafts
         text fields unless `speculative=False`; its verify profile is loaded, or starts measuring.
-        `weights` other than float32 stores the backbone's large matrices smaller (`jev.model.quantized`),
+        `weights` other than float32 stores the backbone's large matrices as float16 (`jev.model.fp16`),
         and the model id says so.
         """
         folder = Path(path)
@@ -214,7 +214,7 @@ class Decider:
             check_layout(task.spec, entry.layout, name)
             resolved[name] = task
         model = Model.from_pretrained(folder)
-        quantize(model, weights)
+        store_weights(model, weights)
         layouts = {name: head_layouts(task.spec) for name, task in resolved.items()}
         heads = load_heads(folder, layouts, model.config.hidden_size)
         drafter = load_drafter(folder / DRAFTER_DIR, model) if speculative and (folder / DRAFTER_DIR).is_dir() else None

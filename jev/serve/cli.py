@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, WEIGHTS_HELP, model_folder, run
-from jev.model.quantized import WEIGHTS
+from jev.model.fp16 import WEIGHTS
 from jev.schema import JevError
 from jev.serve.settings import ServeSettings, env_name
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from jev.decide.decider import Decider, Encoded
-from jev.model.quantized import Weights
+from jev.model.fp16 import Weights
 from jev.schema import Decided, Task
 
 
@@ -32,7 +32,7 @@ class Engine:
     @classmethod
     def load(cls, folder: str | Path, speculative: bool = True, weights: Weights = "float32") -> "Engine":
         """Load a decider folder; `speculative=False` writes text fields without its drafter, and
-        `weights` says what its large matrices are stored as (`jev.model.quantized`)."""
+        `weights` says what its large matrices are stored as (`jev.model.fp16`)."""
         path = Path(folder)
         return cls(Decider.load(path, speculative=speculative, weights=weights), path.resolve().name)
 

@@ -1,0 +1,73 @@
+"""Float16 weights for the model's matrix products on CPU, through fbgemm.
+
+Why: on a CPU a decode step is bound by streaming every weight once. fbgemm's fp16 linear stores
+each weight matrix as float16 (half float32's bytes) and computes in float32, so the next-token
+distribution stays within about 1e-5 nats of float32's. Each result row is a function of its own
+input row, so a decision never depends on what else is in its batch, and a verified block scores
+each position as plain decoding does (the speculative path stays lossless).
+
+int8 was measured and left out: fbgemm quantises the activations with one range per call, and
+with that range the next-token KL from float32 was 2.5 nats on test mails (the bos token's outlier
+states set every row's precision); with each row scaled to its own range first it was still 0.76,
+top-1 agreement 54% (`docs/benchmarks.md`).
+
+Stored as float16: the q, kv-down and output projections of every attention layer, the MLPs and
+the LM head. Kept in float32: `kv_b_proj` (the absorbed decode form reads its weight, not its
+product), the indexer (its scores pick the top-k keys), the norms, the embeddings and the decision
+heads. Such a model is for inference only: it has no gradients and is never saved.
+"""
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from jev.model.transformer import Model
+
+Weights = Literal["float32", "fp16"]
+WEIGHTS: tuple[Weights, ...] = ("float32", "fp16")
+FP16_LINEARS = frozenset(
+    {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}
+)
+
+
+class WeightsError(RuntimeError):
+    """The model cannot take these weights here: it is not float32 on the CPU, or has them already."""
+
+
+class Fp16Linear(nn.Module):
+    """`x W^T` with W stored as float16 (fbgemm), computed in float32."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(), None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
+
+
+def store_weights(model: Model, weights: Weights) -> list[str]:
+    """Store the model's large `nn.Linear`s (`FP16_LINEARS`) as `weights`, in place; returns the names
+    changed (none for `float32`). The embedding stays float32, so a tied LM head gets its own copy."""
+    if weights not in WEIGHTS:
+        raise WeightsError(f"weights must be one of {', '.join(WEIGHTS)}, not {weights!r}")
+    if weights == "float32":
+        return []
+    if model.weights != "float32":
+        raise WeightsError(f"the model's weights are {model.weights} already")
+    if model.device.type != "cpu" or model.dtype != torch.float32:
+        raise WeightsError(f"{weights} weights need a float32 model on the CPU, not {model.dtype} on {model.device}")
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        raise WeightsError(f"this torch build has no fbgemm, which {weights} weights run on")
+    targets = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in FP16_LINEARS
+    ]
+    for name in targets:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, Fp16Linear(getattr(parent, child)))
+    model.weights = weights
+    return targets

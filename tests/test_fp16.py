@@ -1,0 +1,97 @@
+"""Float16 weights (`jev.model.fp16`): which products change, a product against its float16 weights
+in float64, that a row's result never depends on its batch, the whole model and its cache against
+float32, a decider folder loaded with them, and the refusals."""
+
+import pytest
+import torch
+from torch import nn
+
+from jev.decide.decider import Decider
+from jev.generate.profiles import machine_key
+from jev.model.fp16 import FP16_LINEARS, Fp16Linear, WeightsError, store_weights
+from tests.serving import TASKS, tiny_decider
+from tests.tiny import random_model, tiny_config
+
+
+def test_only_the_named_products_change(tiny_model):
+    embedding = tiny_model.backbone.embed_tokens.weight.clone()
+    changed = store_weights(tiny_model, "fp16")
+    assert len(changed) == 7 * len(tiny_model.backbone.layers) + 1 and "lm_head" in changed
+    for name, module in tiny_model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in FP16_LINEARS:
+            assert isinstance(module, Fp16Linear), name
+        elif leaf in {"kv_b_proj", "wq_b", "wk", "weights_proj"}:
+            assert type(module) is nn.Linear, name
+    assert torch.equal(tiny_model.backbone.embed_tokens.weight, embedding)
+    assert tiny_model.weights == "fp16" and tiny_model.dtype == torch.float32
+
+
+def test_a_product_is_its_float16_weights_in_float32():
+    linear = nn.Linear(48, 40, bias=False)
+    x = torch.randn(3, 5, 48)
+    exact = x.double() @ linear.weight.detach().half().double().T
+    got = Fp16Linear(linear)(x)
+    assert got.shape == (3, 5, 40)
+    torch.testing.assert_close(got.double(), exact, atol=1e-5, rtol=1e-5)
+
+
+def test_a_row_does_not_depend_on_its_batch():
+    product = Fp16Linear(nn.Linear(64, 40, bias=False))
+    x = torch.randn(8, 64)
+    x[3] *= 1000  # an outlier row, as the bos token's states are
+    together = product(x)
+    for row in range(8):
+        torch.testing.assert_close(product(x[row : row + 1])[0], together[row], atol=1e-5, rtol=1e-5)
+
+
+def test_the_model_stays_close_to_float32():
+    model = random_model(tiny_config(), seed=0)
+    ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        reference = torch.log_softmax(model(ids).double(), -1)
+        store_weights(model, "fp16")
+        got = torch.log_softmax(model(ids).double(), -1)
+    kl = (reference.exp() * (reference - got)).sum(-1)
+    assert 0 < kl.max() < 1e-5  # changed, and only by float16's rounding of the weights
+
+
+def test_decoding_through_the_cache_matches_a_cache_free_pass():
+    model = random_model(tiny_config(), seed=1)
+    store_weights(model, "fp16")
+    ids = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        whole = model(ids)
+        cache = model.new_cache(1, 16)
+        pieces = [model(ids[:, :8], cache=cache), *(model(ids[:, i : i + 1], cache=cache) for i in range(8, 12))]
+    torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-4, rtol=1e-4)
+
+
+def test_a_decider_folder_loads_with_fp16_weights(tmp_path):
+    tiny_decider().save(tmp_path / "model")
+    ticket = [TASKS["tests.serving:TICKET"]]
+    data = {"text": "my invoice is wrong", "customer": {"name": "Ada"}}
+    float32 = Decider.load(tmp_path / "model", tasks=ticket)
+    fp16 = Decider.load(tmp_path / "model", tasks=ticket, weights="fp16")
+    assert fp16.model.weights == "fp16" and fp16.model_id == f"{float32.model_id}-fp16"
+    expected, got = float32.decide("ticket", data), fp16.decide("ticket", data)
+    assert got.model["model_id"] == fp16.model_id
+    for field, probabilities in expected.probs.items():
+        for value, probability in probabilities.items():
+            assert got.probs[field][value] == pytest.approx(probability, abs=1e-4)
+
+
+def test_refusals(tmp_path):
+    model = random_model(tiny_config())
+    key = machine_key(model)
+    assert store_weights(model, "float32") == [] and machine_key(model) == key
+    with pytest.raises(WeightsError, match="one of"):
+        store_weights(model, "int8")
+    store_weights(model, "fp16")
+    assert machine_key(model) != key  # its verify profile is measured apart from the float one's
+    with pytest.raises(WeightsError, match="fp16 already"):
+        store_weights(model, "fp16")
+    with pytest.raises(ValueError, match="inference only"):
+        model.save_pretrained(tmp_path)
+    with pytest.raises(WeightsError, match="float32 model"):
+        store_weights(random_model(tiny_config()).to(torch.bfloat16), "fp16")
