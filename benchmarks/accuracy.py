@@ -29,7 +29,6 @@ from jev.evaluate.baseline import (
 )
 from jev.evaluate.calibrate import raw_probabilities
 from jev.evaluate.minilm import MiniLMEncoder
-from jev.model.fp16 import WEIGHTS
 
 TASKS = ("mail", "chat")
 NAN = {"accuracy": float("nan"), "macro_f1": float("nan"), "nll": float("nan"), "ece": float("nan")}
@@ -78,10 +77,9 @@ def evaluate_task(
     return results
 
 
-def render(results: dict[str, dict[str, dict]], model: Path, weights: str) -> str:
-    stored = "" if weights == "float32" else f" with {weights} weights (`--weights {weights}`)"
+def render(results: dict[str, dict[str, dict]], model: Path) -> str:
     lines = [
-        f"Test splits. Jev = `{model}`{stored} (raw heads, and after `jev calibrate` on the calib split). TF-IDF = "
+        f"Test splits. Jev = `{model}` (raw heads, and after `jev calibrate` on the calib split). TF-IDF = "
         "TF-IDF + LogisticRegression(C=10); MiniLM = frozen all-MiniLM-L6-v2 embeddings + LogisticRegression, "
         "C picked on valid (shown). Both anchors are trained on the same train split and calibrated with "
         "`CalibratedClassifierCV` on calib.",
@@ -106,21 +104,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=Path("models/default"))
     parser.add_argument("--data", type=Path, default=Path("data"), help="holds NAME/{train,valid,calib,test}.jsonl")
-    parser.add_argument("--weights", choices=WEIGHTS, default="float32",
-                        help="score the model with its large matrices stored so (section accuracy_WEIGHTS)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
-    decider = Decider.load(args.model, weights=args.weights)
+    decider = Decider.load(args.model)
     embed = MiniLMEncoder.load().encode
     results = {name: evaluate_task(decider, name, args.data, embed) for name in TASKS}
-    markdown = render(results, args.model, args.weights)
+    markdown = render(results, args.model)
     print(markdown)
     if not args.no_write:
         from benchmarks.report import write_results
 
-        name = "accuracy" if args.weights == "float32" else f"accuracy_{args.weights}"
-        write_results(name, {"weights": args.weights, "tasks": results}, markdown)
+        write_results("accuracy", {"tasks": results}, markdown)
 
 
 if __name__ == "__main__":

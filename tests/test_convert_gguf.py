@@ -202,6 +202,26 @@ def test_healing_further_starts_from_a_converted_folder_and_refuses_other_ranks(
     assert main(["convert", "--out", str(tmp_path / "x"), "--init", str(first), *more, *other]) == 2
 
 
+def test_healing_further_can_train_an_indexer_of_another_shape(gguf_file, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    common = ["--source", str(gguf_file), "--corpus", str(corpus), "--kv-lora-rank", "24", "--qk-rope-head-dim", "8",
+              "--block-size", "64", "--calibration-blocks", "4", "--batch-size", "2"]
+    first, wider = tmp_path / "first", tmp_path / "wider"
+    small = ["--index-n-heads", "2", "--index-head-dim", "8", "--index-topk", "32"]
+    assert main(["convert", "--out", str(first), *common, *small, "--transfer-steps", "1", "--distill-steps", "1",
+                 "--indexer-steps", "1"]) == 0
+    large = ["--index-n-heads", "6", "--index-head-dim", "16", "--index-topk", "16"]
+    only_indexer = ["--transfer-steps", "0", "--distill-steps", "0", "--indexer-steps", "2"]
+    assert main(["convert", "--out", str(wider), "--init", str(first), *common, *large, *only_indexer]) == 0
+    model = Model.from_pretrained(wider)
+    assert (model.config.index_n_heads, model.config.index_head_dim, model.config.index_topk) == (6, 16, 16)
+    assert model.backbone.layers[0].self_attn.indexer.wq_b.weight.shape[0] == 6 * 16
+    before, after = Model.from_pretrained(first).state_dict(), model.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before if ".indexer." not in name)
+    assert json.loads((wider / "convert.json").read_text())["ranks"]["index_n_heads"] == 6
+
+
 def test_the_sparse_stage_distills_under_dsa_and_leaves_the_indexers(gguf_file, tmp_path, monkeypatch):
     from jev.model.indexer import Indexer
 

@@ -5,13 +5,14 @@ source's tokenizer as `tokenizer.json` and `tokenizer_config.json` (chat templat
 `convert.json`: the source's identity and hash, the ranks, the healing settings and every stage's
 losses. The healing state lives in `out/heal_state` until the folder is written, so a stopped run
 continues where it left off when the same command is run again. With `init`, healing starts from
-an already converted folder instead of the closed form: a longer healing run reuses a finished one.
+an already converted folder instead of the closed form: a longer healing run reuses a finished one,
+and an indexer of another shape (heads, head size) can be trained anew on attention already healed.
 """
 
 import json
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -20,13 +21,16 @@ from jev.convert.closed_form import MLARanks, collect_statistics, convert, equal
 from jev.convert.heal import HealSettings, heal, read_progress
 from jev.convert.llama import LlamaTeacher
 from jev.convert.source import LlamaSource, SourceError, read_source
-from jev.model import Model
+from jev.model import Model, ModelConfig
 from jev.model.checkpoint import to_checkpoint_name
 from jev.train.corpus import describe_source, read_documents
 from jev.train.provenance import git_commit
 
 PROVENANCE_FILE = "convert.json"
 STATE_DIR = "heal_state"
+# What an `init` folder may differ in from the run's ranks: the indexer's shape (it then starts
+# random, as after the closed form) and how many keys it selects (no weight depends on it).
+INDEXER_SHAPE = ("index_n_heads", "index_head_dim")
 
 
 @dataclass
@@ -72,9 +76,7 @@ def run_conversion(settings: ConvertSettings, log=print) -> Path:
         model = Model(target_config(source.config, settings.ranks))
     elif settings.init is not None:
         log(f"healing further from {settings.init}")
-        model = Model.from_pretrained(settings.init)
-        if model.config != target_config(source.config, settings.ranks):
-            raise SourceError(f"{settings.init} was converted with other ranks than this run's; pass the same ranks")
+        model = from_init(settings.init, target_config(source.config, settings.ranks), settings.heal.seed, log)
     else:
         log(f"closed-form conversion from {len(blocks[: settings.calibration_blocks])} calibration blocks")
         statistics = collect_statistics(teacher, blocks[: settings.calibration_blocks])
@@ -83,6 +85,28 @@ def run_conversion(settings: ConvertSettings, log=print) -> Path:
     write_folder(model, source, settings, history, time.perf_counter() - began)
     shutil.rmtree(state_dir, ignore_errors=True)
     return settings.out
+
+
+def from_init(folder: Path, config: ModelConfig, seed: int, log=print) -> Model:
+    """The converted `folder` with `config`: its weights as they are, except an indexer of another
+    shape, which starts random (seeded as `convert` seeds it); any other difference is refused."""
+    model = Model.from_pretrained(folder)
+    kept = ("index_topk", *INDEXER_SHAPE)
+    if replace(model.config, **{name: getattr(config, name) for name in kept}) != config:
+        raise SourceError(f"{folder} was converted with other ranks than this run's; pass the same ranks")
+    if all(getattr(model.config, name) == getattr(config, name) for name in INDEXER_SHAPE):
+        model.config = config
+        for layer in model.backbone.layers:
+            layer.self_attn.index_topk = config.index_topk
+        return model
+    log(f"a new indexer of {config.index_n_heads} heads of {config.index_head_dim}, from random weights")
+    torch.manual_seed(seed)
+    fresh = Model(config)
+    weights = {name: t for name, t in model.state_dict().items() if ".indexer." not in name}
+    missing, unexpected = fresh.load_state_dict(weights, strict=False)
+    if unexpected or any(".indexer." not in name for name in missing):
+        raise SourceError(f"{folder}'s weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return fresh.eval()
 
 
 def write_folder(model: Model, source: LlamaSource, settings: ConvertSettings, history: dict, seconds: float) -> None:
