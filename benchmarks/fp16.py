@@ -21,10 +21,11 @@ TASKS = ("mail", "chat")
 
 def compare(model: Path, data: Path, rows: int) -> dict[str, dict[str, dict[str, float]]]:
     deciders = {weights: Decider.load(model, speculative=False, weights=weights) for weights in ("float32", "fp16")}
+    encode = deciders["float32"].encode
     results: dict[str, dict[str, dict[str, float]]] = {}
     for name in TASKS:
         task = deciders["float32"].tasks[name]
-        examples, _ = read_examples(data / name / "test.jsonl", task, deciders["float32"].encode)
+        examples, _ = read_examples(data / name / "test.jsonl", task, lambda t, d: encode(t, d).token_ids)
         examples = examples[:rows]
         probs = {w: d.calibrated(task, raw_probabilities(d, task, examples)) for w, d in deciders.items()}
         results[name] = {}

@@ -2,6 +2,8 @@
 in float64, that a row's result never depends on its batch, the whole model and its cache against
 float32, a decider folder loaded with them, and the refusals."""
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -81,6 +83,14 @@ def test_a_decider_folder_loads_with_fp16_weights(tmp_path):
             assert got.probs[field][value] == pytest.approx(probability, abs=1e-4)
 
 
+def test_auto_is_fp16_where_fbgemm_runs_and_float32_elsewhere():
+    model = random_model(tiny_config())
+    assert store_weights(model, "auto") and model.weights == "fp16"  # this x86 torch has fbgemm
+    assert store_weights(model, "auto") == [] and model.weights == "fp16"
+    half = random_model(tiny_config()).to(torch.bfloat16)
+    assert store_weights(half, "auto") == [] and half.weights == "float32"
+
+
 def test_refusals(tmp_path):
     model = random_model(tiny_config())
     key = machine_key(model)
@@ -95,3 +105,14 @@ def test_refusals(tmp_path):
         model.save_pretrained(tmp_path)
     with pytest.raises(WeightsError, match="float32 model"):
         store_weights(random_model(tiny_config()).to(torch.bfloat16), "fp16")
+
+
+@pytest.mark.parametrize(("argv", "suffix"), [([], "-fp16"), (["--weights", "float32"], "")])
+def test_jev_decide_runs_on_fp16_weights_unless_told_otherwise(tmp_path, capsys, argv, suffix):
+    from jev.cli import main
+
+    tiny_decider().save(tmp_path / "model")
+    data = json.dumps({"text": "my invoice is wrong", "customer": {"name": "Ada"}})
+    assert main(["decide", "--model", str(tmp_path / "model"), "--task", "ticket", *argv, data]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["model"]["model_id"] == Decider.load(tmp_path / "model").model_id + suffix

@@ -18,7 +18,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("input", help='the input as JSON, e.g. \'{"body": "..."}\'; - reads standard input')
     parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
     parser.add_argument("--no-speculative", action="store_true", help=NO_SPECULATIVE_HELP)
-    parser.add_argument("--weights", choices=WEIGHTS, default="float32", help=WEIGHTS_HELP)
+    parser.add_argument("--weights", choices=WEIGHTS, default="auto", help=WEIGHTS_HELP)
     parser.set_defaults(func=_run_decide)
     profile = commands.add_parser(
         "profile", help="measure and store this machine's verify profile for a model's drafter (once per machine)",
@@ -28,7 +28,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     profile.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
-    profile.add_argument("--weights", choices=WEIGHTS, default="float32", help=WEIGHTS_HELP)
+    profile.add_argument("--weights", choices=WEIGHTS, default="auto", help=WEIGHTS_HELP)
     profile.set_defaults(func=_run_profile)
 
 def _run_decide(args: argparse.Namespace) -> int:

@@ -199,8 +199,8 @@ class Decider:
         conformal coverage its calibration was not fitted at, unless `check_policies=False` (as
         `jev calibrate` loads it, to fit that calibration). The folder's `drafter/`, if any, drafts
         text fields unless `speculative=False`; its verify profile is loaded, or starts measuring.
-        `weights` other than float32 stores the backbone's large matrices as float16 (`jev.model.fp16`),
-        and the model id says so.
+        `weights="fp16"` (or `"auto"` where fbgemm runs) stores the backbone's large matrices as float16
+        (`jev.model.fp16`), and the model id says so.
         """
         folder = Path(path)
         manifest = Manifest.read(folder)
@@ -215,6 +215,7 @@ class Decider:
             resolved[name] = task
         model = Model.from_pretrained(folder)
         store_weights(model, weights)
+        weights = model.weights
         layouts = {name: head_layouts(task.spec) for name, task in resolved.items()}
         heads = load_heads(folder, layouts, model.config.hidden_size)
         drafter = load_drafter(folder / DRAFTER_DIR, model) if speculative and (folder / DRAFTER_DIR).is_dir() else None

@@ -24,8 +24,8 @@ from torch import nn
 
 from jev.model.transformer import Model
 
-Weights = Literal["float32", "fp16"]
-WEIGHTS: tuple[Weights, ...] = ("float32", "fp16")
+Weights = Literal["auto", "float32", "fp16"]
+WEIGHTS: tuple[Weights, ...] = ("auto", "float32", "fp16")
 FP16_LINEARS = frozenset(
     {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}
 )
@@ -47,19 +47,30 @@ class Fp16Linear(nn.Module):
         return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
 
 
+def fp16_available(model: Model) -> bool:
+    """Whether fp16 weights run here: a float32 model on the CPU, and a torch build with fbgemm (x86)."""
+    cpu_float32 = model.device.type == "cpu" and model.dtype == torch.float32
+    return cpu_float32 and "fbgemm" in torch.backends.quantized.supported_engines
+
+
 def store_weights(model: Model, weights: Weights) -> list[str]:
     """Store the model's large `nn.Linear`s (`FP16_LINEARS`) as `weights`, in place; returns the names
-    changed (none for `float32`). The embedding stays float32, so a tied LM head gets its own copy."""
+    changed (none for `float32`). `auto` is fp16 where `fp16_available`, else float32: a decision
+    costs the same either way and a decode step is faster (`docs/benchmarks.md`). The embedding
+    stays float32, so a tied LM head gets its own copy."""
     if weights not in WEIGHTS:
         raise WeightsError(f"weights must be one of {', '.join(WEIGHTS)}, not {weights!r}")
+    if weights == "auto":
+        weights = "fp16" if model.weights == "float32" and fp16_available(model) else "float32"
     if weights == "float32":
         return []
     if model.weights != "float32":
         raise WeightsError(f"the model's weights are {model.weights} already")
-    if model.device.type != "cpu" or model.dtype != torch.float32:
-        raise WeightsError(f"{weights} weights need a float32 model on the CPU, not {model.dtype} on {model.device}")
-    if "fbgemm" not in torch.backends.quantized.supported_engines:
-        raise WeightsError(f"this torch build has no fbgemm, which {weights} weights run on")
+    if not fp16_available(model):
+        raise WeightsError(
+            f"fp16 weights need a float32 model on the CPU and a torch build with fbgemm; this is {model.dtype} "
+            f"on {model.device}, with {', '.join(torch.backends.quantized.supported_engines)}"
+        )
     targets = [
         name
         for name, module in model.named_modules()

@@ -27,7 +27,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPar
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument("--no-speculative", action="store_true", help=NO_SPECULATIVE_HELP)
-    parser.add_argument("--weights", choices=WEIGHTS, default="float32", help=WEIGHTS_HELP)
+    parser.add_argument("--weights", choices=WEIGHTS, default="auto", help=WEIGHTS_HELP)
     for f in fields(ServeSettings):
         if f.name == "api_keys":
             parser.add_argument("--api-key", dest="api_keys", action="append",
