@@ -14,15 +14,11 @@ from pathlib import Path
 
 from jev.model.checkpoint import CheckpointError
 from jev.model.config import ConfigError
+from jev.model.fp16 import WEIGHTS
 from jev.schema import JevError
 
 DEFAULT_MODEL = Path("models") / "default"
 NO_SPECULATIVE_HELP = "write text fields by plain decoding, without the model's drafter (same text when greedy)"
-WEIGHTS_HELP = (
-    "what the large matrix products' weights are stored as: float32 (as trained) or fp16 (CPU, fbgemm: half "
-    "the bytes, decoding about 1.5x faster, probabilities within about 1e-5 of float32's); auto is fp16 where "
-    "fbgemm runs (x86), else float32 (default: %(default)s)"
-)
 MODEL_HELP = f"decider folder (default: {DEFAULT_MODEL} in the working directory, else in Jev's source checkout)"
 _MANIFEST = "jev.json"
 # jev.model's own errors are not JevErrors (that package imports nothing of the schema's).
@@ -54,3 +50,13 @@ def run(args: argparse.Namespace) -> int:
     except _USER_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def add_weights_option(parser: argparse.ArgumentParser) -> None:
+    """`--weights`, as `jev decide`, `jev profile` and `jev serve` share it (`jev.model.fp16`)."""
+    parser.add_argument(
+        "--weights", choices=WEIGHTS, default="auto",
+        help="what the large matrix products' weights are stored as: float32 (as trained) or fp16 (CPU, fbgemm: "
+        "half the bytes, decoding about 1.5x faster, probabilities within about 1e-5 of float32's); auto is fp16 "
+        "where fbgemm runs (x86), else float32 (default: %(default)s)",
+    )

@@ -6,8 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, WEIGHTS_HELP, model_folder
-from jev.model.fp16 import WEIGHTS
+from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, add_weights_option, model_folder
 from jev.schema import JevError
 
 
@@ -18,7 +17,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("input", help='the input as JSON, e.g. \'{"body": "..."}\'; - reads standard input')
     parser.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
     parser.add_argument("--no-speculative", action="store_true", help=NO_SPECULATIVE_HELP)
-    parser.add_argument("--weights", choices=WEIGHTS, default="auto", help=WEIGHTS_HELP)
+    add_weights_option(parser)
     parser.set_defaults(func=_run_decide)
     profile = commands.add_parser(
         "profile", help="measure and store this machine's verify profile for a model's drafter (once per machine)",
@@ -28,7 +27,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     profile.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
-    profile.add_argument("--weights", choices=WEIGHTS, default="auto", help=WEIGHTS_HELP)
+    add_weights_option(profile)
     profile.set_defaults(func=_run_profile)
 
 def _run_decide(args: argparse.Namespace) -> int:

@@ -10,8 +10,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, WEIGHTS_HELP, model_folder, run
-from jev.model.fp16 import WEIGHTS
+from jev.command import MODEL_HELP, NO_SPECULATIVE_HELP, add_weights_option, model_folder, run
 from jev.schema import JevError
 from jev.serve.settings import ServeSettings, env_name
 
@@ -27,7 +26,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPar
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument("--no-speculative", action="store_true", help=NO_SPECULATIVE_HELP)
-    parser.add_argument("--weights", choices=WEIGHTS, default="auto", help=WEIGHTS_HELP)
+    add_weights_option(parser)
     for f in fields(ServeSettings):
         if f.name == "api_keys":
             parser.add_argument("--api-key", dest="api_keys", action="append",

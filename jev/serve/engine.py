@@ -13,7 +13,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from jev.decide.decider import Decider, Encoded
-from jev.model.fp16 import Weights
 from jev.schema import Decided, Task
 
 
@@ -30,7 +29,7 @@ class Engine:
         }
 
     @classmethod
-    def load(cls, folder: str | Path, speculative: bool = True, weights: Weights = "float32") -> "Engine":
+    def load(cls, folder: str | Path, speculative: bool = True, weights: str = "float32") -> "Engine":
         """Load a decider folder; `speculative=False` writes text fields without its drafter, and
         `weights` says what its large matrices are stored as (`jev.model.fp16`)."""
         path = Path(folder)
