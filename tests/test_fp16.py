@@ -1,6 +1,7 @@
 """Float16 weights (`jev.model.fp16`): which products change, a product against its float16 weights
 in float64, that a row's result never depends on its batch, the whole model and its cache against
-float32, a decider folder loaded with them, and the refusals."""
+float32, greedy speculative decoding on them against plain, a decider folder and `jev decide` on
+them, and the refusals."""
 
 import json
 
@@ -9,6 +10,8 @@ import torch
 from torch import nn
 
 from jev.decide.decider import Decider
+from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.loop import generate
 from jev.generate.profiles import machine_key
 from jev.model.fp16 import FP16_LINEARS, Fp16Linear, WeightsError, store_weights
 from tests.serving import TASKS, tiny_decider
@@ -116,3 +119,14 @@ def test_jev_decide_runs_on_fp16_weights_unless_told_otherwise(tmp_path, capsys,
     assert main(["decide", "--model", str(tmp_path / "model"), "--task", "ticket", *argv, data]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["model"]["model_id"] == Decider.load(tmp_path / "model").model_id + suffix
+
+
+def test_greedy_speculative_decoding_on_fp16_weights_equals_plain(one_thread):
+    target = random_model(tiny_config(), seed=0)
+    store_weights(target, "fp16")
+    drafter = AutoregressiveDrafter(random_model(tiny_config(num_hidden_layers=1), seed=1))
+    prompts = [[(7 * i + 3 * j) % 97 for j in range(1 + (5 * i) % 11)] for i in range(8)]
+    plain = generate(target, prompts, 16, temperature=0.0)
+    for draft_len in (1, 4):
+        spec = generate(target, prompts, 16, temperature=0.0, drafter=drafter, draft_len=draft_len)
+        assert spec.stats.drafted > 0 and spec.tokens == plain.tokens
