@@ -57,6 +57,6 @@ def add_weights_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights", choices=WEIGHTS, default="auto",
         help="what the large matrix products' weights are stored as: float32 (as trained) or fp16 (CPU, fbgemm: "
-        "half the bytes, decoding about 1.5x faster, probabilities within about 1e-5 of float32's); auto is fp16 "
-        "where fbgemm runs (x86), else float32 (default: %(default)s)",
+        "half the bytes, decoding about 1.5x faster, a probability moving by about 1e-5 on average); auto is "
+        "fp16 where fbgemm runs (x86), else float32 (default: %(default)s)",
     )
