@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from jev.client import AsyncClient, AuthenticationError, Client
+from jev.decide.decider import Decider
 from tests.serving import TicketDecision, server_process, ticket, tiny_decider
 
 
@@ -23,9 +24,10 @@ def model_dir(decider, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_cli_server_with_env_settings_answers_the_typed_client_in_order(model_dir, decider):
+def test_cli_server_with_env_settings_answers_the_typed_client_in_order(model_dir):
     texts = [f"ticket {i}: refund and login" for i in range(16)]
-    expected = [decider.decide(TicketDecision, ticket(t)) for t in texts]
+    served = Decider.load(model_dir, weights="auto")  # what `jev serve` loads by default
+    expected = [served.decide(TicketDecision, ticket(t)) for t in texts]
 
     async def many(base: str):
         async with AsyncClient(base, api_key="beta") as client:
@@ -40,7 +42,7 @@ def test_cli_server_with_env_settings_answers_the_typed_client_in_order(model_di
             assert {t["name"] for t in client.tasks()} == {"ticket", "strict", "mail"}
             one = client.decide(TicketDecision, ticket(texts[0]))
             assert type(one) is type(expected[0]) and isinstance(one.value, TicketDecision)
-            assert len(one.model["model_id"]) == 16 and one.model["model_id"] == client.model()["model_id"]
+            assert one.model["model_id"] == served.model_id == client.model()["model_id"]
         answers = asyncio.run(many(base))
         for remote, local in zip(answers, expected, strict=True):
             assert remote.value == local.value
