@@ -215,13 +215,12 @@ class Decider:
             resolved[name] = task
         model = Model.from_pretrained(folder)
         store_weights(model, weights)
-        weights = model.weights
         layouts = {name: head_layouts(task.spec) for name, task in resolved.items()}
         heads = load_heads(folder, layouts, model.config.hidden_size)
         drafter = load_drafter(folder / DRAFTER_DIR, model) if speculative and (folder / DRAFTER_DIR).is_dir() else None
         decider = cls(
             model, load_tokenizer(folder), resolved, DecisionModel(model, heads, manifest.query_layer), manifest,
-            max_batch, model_id(folder) + ("" if weights == "float32" else f"-{weights}"), drafter,
+            max_batch, model_id(folder) + ("" if model.weights == "float32" else f"-{model.weights}"), drafter,
             tokenizer_config=load_tokenizer_config(folder),
         )
         if check_policies:

@@ -7,10 +7,9 @@ decisions a calibrated probability moved by 1e-5 on average, at most 0.006, and 
 depends on what else is in its batch, and a verified block scores each position as plain decoding
 does (the speculative path stays lossless).
 
-int8 was measured and left out: fbgemm quantises the activations with one range per call, and
-with that range the next-token KL from float32 was 2.5 nats on test mails (the bos token's outlier
-states set every row's precision); with each row scaled to its own range first it was still 0.76,
-top-1 agreement 54% (`docs/benchmarks.md`).
+int8 was tried and left out: fbgemm quantises the activations with one range per call, so the bos
+token's outlier states set every row's precision, and even with each row scaled to its own range
+the next-token distribution moved far from float32's (`docs/benchmarks.md`).
 
 Stored as float16: the q, kv-down and output projections of every attention layer, the MLPs and
 the LM head. Kept in float32: `kv_b_proj` (the absorbed decode form reads its weight, not its
@@ -41,7 +40,6 @@ class Fp16Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(), None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

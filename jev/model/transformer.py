@@ -72,7 +72,7 @@ class Model(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        """The dtype of the activations and the cache (quantised weights still compute in it)."""
+        """The dtype of the activations and the cache (fp16 weights still compute in it)."""
         return self.backbone.embed_tokens.weight.dtype
 
     def new_cache(self, batch_size: int, max_len: int) -> LatentCache:
