@@ -31,7 +31,7 @@ from jev.kernels import ops
 from jev.convert.closed_form import MLARanks, collect_statistics, convert
 from jev.convert.export import export_folder
 from jev.convert.llama import LlamaTeacher
-from jev.convert.pipeline import corpus_blocks
+from jev.convert.pipeline import corpus_blocks, corpus_ids
 from jev.convert.source import LlamaSource, read_source, smollm2_gguf
 from jev.model import Model, ModelConfig
 from jev.model.base import BaseReference
@@ -175,7 +175,7 @@ def cache_ratio(config: ModelConfig, source: LlamaSource) -> float:
 
 def ranks_table(source: LlamaSource, teacher: LlamaTeacher, texts: dict[str, torch.Tensor], specs: list[str],
                 corpus: list[Path]) -> list[dict]:
-    statistics = collect_statistics(teacher, corpus_blocks(source, corpus, 512, 32, seed=0))
+    statistics = collect_statistics(teacher, corpus_blocks(corpus_ids(source, corpus), 512, 32, seed=0))
     rows = []
     for spec in specs:
         rank, rope, stride = (int(v) for v in spec.split(","))

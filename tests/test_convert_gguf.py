@@ -127,7 +127,8 @@ def test_convert_command_heals_resumes_and_writes_a_folder_transformers_loads(gg
     out = tmp_path / "converted"
     args = ["convert", "--source", str(gguf_file), "--out", str(out), "--corpus", str(corpus),
             "--kv-lora-rank", "24", "--qk-rope-head-dim", "8", "--rope-stride", "1", "--index-n-heads", "8",
-            "--index-head-dim", "8", "--index-topk", "16", "--block-size", "64", "--calibration-blocks", "4",
+            "--index-head-dim", "8", "--index-topk", "16", "--block-size", "64", "--dsa-block-size", "96",
+            "--calibration-blocks", "4",
             "--transfer-steps", "4", "--distill-steps", "3", "--indexer-steps", "3", "--batch-size", "2"]
     assert main(args) == 0
     history = json.loads((out / "convert.json").read_text())["history"]
@@ -156,7 +157,8 @@ def test_a_stopped_heal_continues_from_its_state(gguf_file, tmp_path, monkeypatc
     corpus.write_text(TEXT)
     out = tmp_path / "converted"
     args = ["convert", "--source", str(gguf_file), "--out", str(out), "--corpus", str(corpus), "--kv-lora-rank", "24",
-            "--qk-rope-head-dim", "8", "--index-head-dim", "8", "--block-size", "64", "--calibration-blocks", "4",
+            "--qk-rope-head-dim", "8", "--index-head-dim", "8", "--block-size", "64", "--dsa-block-size", "96",
+            "--calibration-blocks", "4",
             "--transfer-steps", "4", "--distill-steps", "4", "--indexer-steps", "2", "--batch-size", "2",
             "--save-every", "1"]
     original = heal.distill_step
@@ -184,7 +186,8 @@ def test_healing_further_starts_from_a_converted_folder_and_refuses_other_ranks(
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)
     common = ["--source", str(gguf_file), "--corpus", str(corpus), "--kv-lora-rank", "24", "--qk-rope-head-dim", "8",
-              "--index-head-dim", "8", "--block-size", "64", "--calibration-blocks", "4", "--batch-size", "2"]
+              "--index-head-dim", "8", "--block-size", "64", "--dsa-block-size", "96",
+              "--calibration-blocks", "4", "--batch-size", "2"]
     first, longer = tmp_path / "first", tmp_path / "longer"
     steps = ["--transfer-steps", "2", "--distill-steps", "1", "--indexer-steps", "1"]
     assert main(["convert", "--out", str(first), *common, *steps]) == 0
@@ -206,7 +209,8 @@ def test_healing_further_can_train_an_indexer_of_another_shape(gguf_file, tmp_pa
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)
     common = ["--source", str(gguf_file), "--corpus", str(corpus), "--kv-lora-rank", "24", "--qk-rope-head-dim", "8",
-              "--block-size", "64", "--calibration-blocks", "4", "--batch-size", "2"]
+              "--block-size", "64", "--dsa-block-size", "96",
+              "--calibration-blocks", "4", "--batch-size", "2"]
     first, wider = tmp_path / "first", tmp_path / "wider"
     small = ["--index-n-heads", "2", "--index-head-dim", "8", "--index-topk", "32"]
     assert main(["convert", "--out", str(first), *common, *small, "--transfer-steps", "1", "--distill-steps", "1",
@@ -229,13 +233,21 @@ def test_healing_further_can_train_an_indexer_of_another_shape(gguf_file, tmp_pa
 
 
 def test_the_sparse_stage_distills_under_dsa_and_leaves_the_indexers(gguf_file, tmp_path, monkeypatch):
+    from jev.convert import heal
     from jev.model.indexer import Indexer
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)
     common = ["--source", str(gguf_file), "--corpus", str(corpus), "--kv-lora-rank", "24", "--qk-rope-head-dim", "8",
-              "--index-head-dim", "8", "--index-topk", "16", "--block-size", "64", "--calibration-blocks", "4",
-              "--batch-size", "2"]
+              "--index-head-dim", "8", "--index-topk", "16", "--block-size", "64", "--dsa-block-size", "96",
+              "--calibration-blocks", "4", "--batch-size", "2", "--dsa-batch-size", "3"]
+    rows = []
+    steps = dict(heal.STEPS)
+    monkeypatch.setattr(heal, "STEPS", {
+        stage: lambda model, teacher, ids, stage=stage: rows.append((stage, tuple(ids.shape)))
+        or steps[stage](model, teacher, ids)
+        for stage in steps
+    })
     first, sparse = tmp_path / "first", tmp_path / "sparse"
     assert main(["convert", "--out", str(first), *common, "--transfer-steps", "1", "--distill-steps", "1",
                  "--indexer-steps", "1"]) == 0
@@ -244,6 +256,8 @@ def test_the_sparse_stage_distills_under_dsa_and_leaves_the_indexers(gguf_file, 
     monkeypatch.setattr(Indexer, "select", lambda self, *a: selections.append(1) or select(self, *a))
     more = ["--transfer-steps", "0", "--distill-steps", "1", "--indexer-steps", "0", "--sparse-steps", "2"]
     assert main(["convert", "--out", str(sparse), "--init", str(first), *more, *common]) == 0
+    assert rows == [("transfer", (2, 64)), ("distill", (2, 64)), ("indexer", (3, 96)),
+                    ("distill", (2, 64)), ("sparse", (3, 96)), ("sparse", (3, 96))], "the DSA stages read longer rows"
     layers = Model.from_pretrained(first).config.num_hidden_layers
     assert len(selections) == 2 * layers, "only the sparse steps select keys: one selection per layer and step"
     history = json.loads((sparse / "convert.json").read_text())["history"]

@@ -45,7 +45,8 @@ def convert_tiny(source, out, tmp_path, *extra: str) -> Path:
     corpus.write_text(TEXT)
     assert main(["convert", "--source", str(source), "--out", str(out), "--corpus", str(corpus),
                  "--kv-lora-rank", "24", "--qk-rope-head-dim", "8", "--index-head-dim", "8", "--index-topk", "16",
-                 "--block-size", "64", "--calibration-blocks", "4", "--distill-steps", "1", "--indexer-steps", "1",
+                 "--block-size", "64", "--dsa-block-size", "96",
+                 "--calibration-blocks", "4", "--distill-steps", "1", "--indexer-steps", "1",
                  "--batch-size", "2", *extra]) == 0
     return out
 

@@ -44,6 +44,9 @@ def _add_convert(commands: argparse._SubParsersAction) -> None:
                         help="DSA indexer key size (cached per token)")
     parser.add_argument("--index-topk", type=int, default=ranks.index_topk, help="keys each query attends to")
     parser.add_argument("--block-size", type=int, default=512, help="tokens per healing row")
+    parser.add_argument("--dsa-block-size", type=int, default=1024,
+                        help="tokens per row of the indexer and sparse stages: the indexers learn positions "
+                        "up to it only")
     parser.add_argument("--calibration-blocks", type=int, default=32, help="rows for the closed-form statistics")
     for stage in STAGES:
         parser.add_argument(f"--{stage}-steps", type=int, default=heal.steps(stage), help=f"{stage} stage steps")
@@ -52,6 +55,8 @@ def _add_convert(commands: argparse._SubParsersAction) -> None:
                         help="attention projections healing leaves as the closed form sets them (then the "
                         "folder derives them from its base instead of storing them)")
     parser.add_argument("--batch-size", type=int, default=heal.batch_size, help="rows per healing step")
+    parser.add_argument("--dsa-batch-size", type=int, default=heal.dsa_batch_size,
+                        help="rows per step of the indexer and sparse stages")
     parser.add_argument("--seed", type=int, default=heal.seed)
     parser.add_argument("--save-every", type=int, default=heal.save_every, help="steps between saved states")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -75,9 +80,11 @@ def _run_convert(args: argparse.Namespace) -> int:
             transfer_steps=args.transfer_steps, distill_steps=args.distill_steps, indexer_steps=args.indexer_steps,
             sparse_steps=args.sparse_steps, transfer_lr=args.transfer_lr, distill_lr=args.distill_lr,
             indexer_lr=args.indexer_lr, sparse_lr=args.sparse_lr,
-            batch_size=args.batch_size, seed=args.seed, save_every=args.save_every, frozen=tuple(args.freeze),
+            batch_size=args.batch_size, dsa_batch_size=args.dsa_batch_size,
+            seed=args.seed, save_every=args.save_every, frozen=tuple(args.freeze),
         ),
         block_size=args.block_size,
+        dsa_block_size=args.dsa_block_size,
         calibration_blocks=args.calibration_blocks,
         init=args.init,
     )

@@ -35,17 +35,21 @@ from jev.train.optim import build_optimizer, lr_at
 from jev.train.state import STATE_FILE, find_train_state, load_train_state, save_train_state
 
 STAGES = ("transfer", "distill", "indexer", "sparse")
+# The stages that train DSA's selection or under it: they read longer rows (see `heal`).
+DSA_STAGES = ("indexer", "sparse")
 
 
 @dataclass(frozen=True)
 class HealSettings:
-    """Steps, batch and learning rate of each stage; `batch_size` rows of `block_size + 1` tokens per step."""
+    """Steps, batch and learning rate of each stage: `batch_size` rows per step, `dsa_batch_size` in the
+    DSA stages (whose rows are longer)."""
 
     transfer_steps: int = 80
     distill_steps: int = 60
     indexer_steps: int = 30
     sparse_steps: int = 0
     batch_size: int = 4
+    dsa_batch_size: int = 2
     transfer_lr: float = 5e-4
     distill_lr: float = 1e-4
     indexer_lr: float = 1e-3
@@ -60,6 +64,9 @@ class HealSettings:
 
     def steps(self, stage: str) -> int:
         return getattr(self, f"{stage}_steps")
+
+    def batch(self, stage: str) -> int:
+        return self.dsa_batch_size if stage in DSA_STAGES else self.batch_size
 
     def lr(self, stage: str) -> float:
         return getattr(self, f"{stage}_lr")
@@ -133,12 +140,14 @@ STEPS: dict[str, Callable[[Model, LlamaTeacher, torch.Tensor], float]] = {
 def heal(
     model: Model,
     teacher: LlamaTeacher,
-    blocks: torch.Tensor,
+    blocks: dict[str, torch.Tensor],
     settings: HealSettings,
     state_dir: Path,
     log: Callable[[str], None] = print,
 ) -> dict[str, list[dict]]:
-    """Run (or finish) every stage on `blocks [N, T]`; return each stage's logged losses.
+    """Run (or finish) every stage on its token rows `blocks[stage] [N, T]`; return each stage's logged
+    losses. The DSA stages' rows should be as long as the contexts DSA will select in: an indexer
+    learns the positions its rows hold, and past them it misses most of the attention.
 
     A saved state names its stage and step and holds that stage's optimizer; stages before it are
     done, and the ones after it start fresh from its weights.
@@ -158,7 +167,7 @@ def heal(
         start = 0
         if saved and saved["stage"] == stage:
             start = load_train_state(state_dir, model, optimizer)["step"]
-        _run_stage(model, teacher, blocks, settings, stage, optimizer, start, state_dir, history, log)
+        _run_stage(model, teacher, blocks[stage], settings, stage, optimizer, start, state_dir, history, log)
     for param in model.parameters():
         param.requires_grad_(True)
     return history
@@ -184,7 +193,7 @@ def _run_stage(
 ) -> None:
     total = settings.steps(stage)
     generator = torch.Generator().manual_seed(settings.seed + STAGES.index(stage))
-    order = torch.randint(0, len(blocks), (total, settings.batch_size), generator=generator)
+    order = torch.randint(0, len(blocks), (total, settings.batch(stage)), generator=generator)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     model.train()
     began = time.perf_counter()

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from jev.convert.closed_form import MLARanks, collect_statistics, convert, equal_to_source, target_config
-from jev.convert.heal import HealSettings, heal, read_progress
+from jev.convert.heal import DSA_STAGES, STAGES, HealSettings, heal, read_progress
 from jev.convert.llama import LlamaTeacher
 from jev.convert.source import LlamaSource, SourceError, read_source
 from jev.model import Model, ModelConfig
@@ -43,19 +43,27 @@ class ConvertSettings:
     ranks: MLARanks = field(default_factory=MLARanks)
     heal: HealSettings = field(default_factory=HealSettings)
     block_size: int = 512
+    # Rows of the DSA stages (indexer, sparse): the indexers learn positions only up to their rows'
+    # length, and past it they miss most of the attention (docs/conversion.md).
+    dsa_block_size: int = 1024
     calibration_blocks: int = 32
     max_blocks: int = 4096
     init: Path | None = None
 
 
-def corpus_blocks(source: LlamaSource, paths: list[Path], block_size: int, max_blocks: int, seed: int) -> torch.Tensor:
-    """The corpus as `[N, block_size]` token blocks, documents joined by the end-of-sequence token, shuffled."""
+def corpus_ids(source: LlamaSource, paths: list[Path]) -> list[int]:
+    """The corpus as one token sequence, documents joined by the end-of-sequence token."""
     separator = source.config.eos_token_id
     ids: list[int] = []
     for encoding in source.tokenizer.encode_batch(read_documents(paths)):
         ids.extend(encoding.ids)
         if separator is not None:
             ids.append(separator)
+    return ids
+
+
+def corpus_blocks(ids: list[int], block_size: int, max_blocks: int, seed: int) -> torch.Tensor:
+    """`ids` cut into `[N, block_size]` token blocks, shuffled, at most `max_blocks` of them."""
     n_blocks = len(ids) // block_size
     if n_blocks == 0:
         raise ValueError(f"the corpus gives {len(ids)} tokens, fewer than one block of {block_size}")
@@ -69,7 +77,9 @@ def run_conversion(settings: ConvertSettings, log=print) -> Path:
     began = time.perf_counter()
     source = read_source(settings.source)
     teacher = LlamaTeacher(source).eval()
-    blocks = corpus_blocks(source, settings.corpus, settings.block_size, settings.max_blocks, settings.heal.seed)
+    ids = corpus_ids(source, settings.corpus)
+    blocks = corpus_blocks(ids, settings.block_size, settings.max_blocks, settings.heal.seed)
+    dsa_blocks = corpus_blocks(ids, settings.dsa_block_size, settings.max_blocks, settings.heal.seed)
     state_dir = settings.out / STATE_DIR
     if read_progress(state_dir) is not None:
         log(f"resuming the healing saved in {state_dir}")
@@ -81,7 +91,8 @@ def run_conversion(settings: ConvertSettings, log=print) -> Path:
         log(f"closed-form conversion from {len(blocks[: settings.calibration_blocks])} calibration blocks")
         statistics = collect_statistics(teacher, blocks[: settings.calibration_blocks])
         model = convert(source, settings.ranks, statistics, seed=settings.heal.seed)
-    history = heal(model, teacher, blocks[settings.calibration_blocks :], settings.heal, state_dir, log)
+    rows = {stage: dsa_blocks if stage in DSA_STAGES else blocks[settings.calibration_blocks :] for stage in STAGES}
+    history = heal(model, teacher, rows, settings.heal, state_dir, log)
     write_folder(model, source, settings, history, time.perf_counter() - began)
     shutil.rmtree(state_dir, ignore_errors=True)
     return settings.out
@@ -122,6 +133,7 @@ def write_folder(model: Model, source: LlamaSource, settings: ConvertSettings, h
         "ranks": settings.ranks.to_dict(),
         "heal": settings.heal.to_dict(),
         "block_size": settings.block_size,
+        "dsa_block_size": settings.dsa_block_size,
         "calibration_blocks": settings.calibration_blocks,
         "corpus": describe_source(settings.corpus),
         "history": history,
