@@ -50,12 +50,12 @@ def held_out_texts(data: Path) -> dict[str, str]:
     }
 
 
-def windows(source: LlamaSource, text: str, count: int) -> torch.Tensor:
+def windows(source: LlamaSource, text: str, count: int, length: int = WINDOW) -> torch.Tensor:
     ids = source.tokenizer.encode(text).ids
-    if len(ids) < count * WINDOW:
-        raise ValueError(f"the text gives {len(ids)} tokens, fewer than {count} windows of {WINDOW}")
+    if len(ids) < count * length:
+        raise ValueError(f"the text gives {len(ids)} tokens, fewer than {count} windows of {length}")
     stride = len(ids) // count
-    return torch.tensor([ids[i * stride : i * stride + WINDOW] for i in range(count)])
+    return torch.tensor([ids[i * stride : i * stride + length] for i in range(count)])
 
 
 @torch.no_grad()
