@@ -5,7 +5,7 @@ the same way, after the prompt is read) for `--new-tokens` tokens, then again un
 `torch.profiler`, and reports the step's wall time and the ops that take the most time of their
 own, with their call counts per step.
 
-    python -m benchmarks.decode_profile --model models/default
+    python -m benchmarks.decode_profile --model models/default [--weights float32]
 """
 
 import argparse
@@ -16,6 +16,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.decode_anchor import jev_rate
 from benchmarks.speculative import subject_prompts
+from jev.command import add_weights_option
 from jev.decide.decider import Decider
 from jev.generate.loop import TargetState, generate
 
@@ -26,10 +27,11 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"))
     parser.add_argument("--new-tokens", type=int, default=20)
     parser.add_argument("--top", type=int, default=12)
+    add_weights_option(parser)
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
-    decider = Decider.load(args.model, check_policies=False, speculative=False)
+    decider = Decider.load(args.model, check_policies=False, speculative=False, weights=args.weights)
     model = decider.model
     prompt = subject_prompts(decider, args.data, 1)[0][0]
 
@@ -42,9 +44,9 @@ def main() -> None:
     events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in events)
     lines = [
-        f"Greedy decode at batch 1 of `{args.model}`, {steps} tokens after one test mail's subject prompt: "
-        f"{step_ms:.1f} ms a step unprofiled (prompt read first, not timed). The profiled run's ops by their own "
-        f"time, over its {steps} steps:",
+        f"Greedy decode at batch 1 of `{args.model}` ({model.weights} weights), {steps} tokens after one test "
+        f"mail's subject prompt: {step_ms:.1f} ms a step unprofiled (prompt read first, not timed). The profiled "
+        f"run's ops by their own time, over its {steps} steps:",
         "",
         "| op | share of own time | ms per step | calls per step |",
         "|---|---|---|---|",
