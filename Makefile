@@ -27,7 +27,8 @@ PORT   ?= 8000
 ANSWER_WEIGHT ?= 0.3
 DECIDE_LR ?= 5e-4
 
-.PHONY: test test-fast lint serve bench bench-generate default-model base-model base-model-long bench-convert clean-venv
+.PHONY: test test-fast lint serve bench bench-generate default-model base-model base-model-long base-model-sparse \
+	bench-convert clean-venv
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -120,8 +121,14 @@ base-model-long: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) convert --init $(CONVERTED) --out $(CONVERTED)-long --threads $(JOBS) --seed 1 --transfer-steps 0 \
 		--distill-steps 90 --indexer-steps 60 --corpus $(HEAL_CORPUS)
 
+# DSA's sparse stage after the longer healing: 100 distillation steps with the indexers selecting
+# (2 x 1024-token rows). About 50 more minutes; docs/conversion.md has what it buys (not shipped).
+base-model-sparse: $(STAMP) $(DATA)/mail/test.jsonl
+	$(JEV) convert --init $(CONVERTED)-long --out $(CONVERTED)-sparse --threads $(JOBS) --seed 2 --transfer-steps 0 \
+		--distill-steps 0 --indexer-steps 0 --sparse-steps 100 --corpus $(HEAL_CORPUS)
+
 bench-convert: $(STAMP) $(DATA)/mail/test.jsonl
-	$(PY) -m benchmarks.convert --model $(CONVERTED) $(wildcard $(CONVERTED)-long) --data $(DATA)
+	$(PY) -m benchmarks.convert --model $(CONVERTED) $(wildcard $(CONVERTED)-long $(CONVERTED)-sparse) --data $(DATA)
 
 clean-venv:
 	rm -rf $(VENV)
