@@ -232,6 +232,18 @@ def test_healing_further_can_train_an_indexer_of_another_shape(gguf_file, tmp_pa
     assert all(torch.equal(t, kept.state_dict()[name]) for name, t in after.items())
 
 
+def test_a_corpus_shorter_than_a_dsa_row_is_a_clear_error(gguf_file, tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    args = ["convert", "--source", str(gguf_file), "--out", str(tmp_path / "out"), "--corpus", str(corpus),
+            "--kv-lora-rank", "24", "--qk-rope-head-dim", "8", "--index-head-dim", "8", "--block-size", "64",
+            "--dsa-block-size", "100000", "--calibration-blocks", "4"]
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    assert "fewer than one row of 100000" in error and "--dsa-block-size" in error
+    assert not (tmp_path / "out").exists(), "nothing is written before the rows are known"
+
+
 def test_the_sparse_stage_distills_under_dsa_and_leaves_the_indexers(gguf_file, tmp_path, monkeypatch):
     from jev.convert import heal
     from jev.model.indexer import Indexer

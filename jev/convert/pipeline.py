@@ -23,6 +23,7 @@ from jev.convert.llama import LlamaTeacher
 from jev.convert.source import LlamaSource, SourceError, read_source
 from jev.model import Model, ModelConfig
 from jev.model.checkpoint import to_checkpoint_name
+from jev.schema import JevError
 from jev.train.corpus import describe_source, read_documents
 from jev.train.provenance import git_commit
 
@@ -51,6 +52,10 @@ class ConvertSettings:
     init: Path | None = None
 
 
+class CorpusError(JevError):
+    """A healing corpus too short for the rows a run asks for."""
+
+
 def corpus_ids(source: LlamaSource, paths: list[Path]) -> list[int]:
     """The corpus as one token sequence, documents joined by the end-of-sequence token."""
     separator = source.config.eos_token_id
@@ -66,7 +71,10 @@ def corpus_blocks(ids: list[int], block_size: int, max_blocks: int, seed: int) -
     """`ids` cut into `[N, block_size]` token blocks, shuffled, at most `max_blocks` of them."""
     n_blocks = len(ids) // block_size
     if n_blocks == 0:
-        raise ValueError(f"the corpus gives {len(ids)} tokens, fewer than one block of {block_size}")
+        raise CorpusError(
+            f"the corpus gives {len(ids)} tokens, fewer than one row of {block_size} "
+            "(--block-size and --dsa-block-size set the rows)"
+        )
     blocks = torch.tensor(ids[: n_blocks * block_size]).view(n_blocks, block_size)
     order = torch.randperm(n_blocks, generator=torch.Generator().manual_seed(seed))
     return blocks[order[:max_blocks]]
