@@ -236,7 +236,7 @@ def render(results: dict) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for m in models:
-        steps = " / ".join(str(m["heal_steps"].get(s, 0)) for s in STAGES)
+        steps = " / ".join(str(m["heal_steps"][s]) for s in STAGES)
         for text in texts:
             source, dense, sparse = results["source"][text], m["dense"][text], m["dsa"][text]
             lines.append(f"| `{m['folder']}` | {steps} | {text} | {source:.2f} | {dense:.2f} | {dense / source:.3f} | "
