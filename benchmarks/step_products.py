@@ -1,6 +1,6 @@
 """How much of a plain decode step is its matrix products, per weight format, at batch 1.
 
-A decode step multiplies one row by every large weight matrix once (`jev.model.fp16.FP16_LINEARS`:
+A decode step multiplies one row by every large weight matrix once (`jev.model.fp16.large_linears`:
 each layer's q, kv-down, output and MLP projections, then the LM head), so on a CPU its floor is
 streaming those weights. This times that sweep alone over the model's own matrices, stored three
 ways: float32 (`F.linear`), float16 (fbgemm, what `--weights fp16` serves) and 4-bit groups of 32
@@ -23,18 +23,14 @@ from benchmarks.decode_anchor import jev_rate
 from benchmarks.report import median_time
 from benchmarks.speculative import subject_prompts
 from jev.decide.decider import Decider
-from jev.model.fp16 import FP16_LINEARS, store_weights
+from jev.model.fp16 import large_linears, store_weights
 
 INT4_GROUP = 32
 
 
 def step_matrices(model: nn.Module) -> list[torch.Tensor]:
     """The weights a decode step multiplies by, in the order it does."""
-    return [
-        module.weight.detach()
-        for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in FP16_LINEARS
-    ]
+    return [module.weight.detach() for _, module in large_linears(model)]
 
 
 def int4_product(weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -52,6 +52,15 @@ def fp16_available(model: Model) -> bool:
     return cpu_float32 and "fbgemm" in torch.backends.quantized.supported_engines
 
 
+def large_linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+    """The `FP16_LINEARS` of a float32 model, by name, in the order a forward pass multiplies by them."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in FP16_LINEARS
+    ]
+
+
 def store_weights(model: Model, weights: Weights) -> list[str]:
     """Store the model's large `nn.Linear`s (`FP16_LINEARS`) as `weights`, in place; returns the names
     changed (none for `float32`). `auto` is fp16 where `fp16_available`, else float32: a decision
@@ -70,11 +79,7 @@ def store_weights(model: Model, weights: Weights) -> list[str]:
             f"fp16 weights need a float32 model on the CPU and a torch build with fbgemm; this is {model.dtype} "
             f"on {model.device}, with {', '.join(torch.backends.quantized.supported_engines)}"
         )
-    targets = [
-        name
-        for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in FP16_LINEARS
-    ]
+    targets = [name for name, _ in large_linears(model)]
     for name in targets:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
