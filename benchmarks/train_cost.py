@@ -18,7 +18,8 @@ import torch
 from benchmarks.report import write_results
 from jev.data.examples import Example
 from jev.decide.decider import Decider
-from jev.train.decide import field_losses, native_bfloat16, with_lower_states
+from jev.model.precision import native_bfloat16
+from jev.train.decide import field_losses, with_lower_states
 from schemas.mail import TASK as MAIL
 
 PROJECTED_ROWS = 5000

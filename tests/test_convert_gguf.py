@@ -203,6 +203,11 @@ def test_healing_further_starts_from_a_converted_folder_and_refuses_other_ranks(
     assert torch.equal(before["backbone.layers.0.mlp.up_proj.weight"], after["backbone.layers.0.mlp.up_proj.weight"])
     other = [a if a != "24" else "16" for a in common]
     assert main(["convert", "--out", str(tmp_path / "x"), "--init", str(first), *more, *other]) == 2
+    (longer / "convert.json").unlink()  # as a decider folder, fine-tuned after its conversion, has none
+    again = tmp_path / "again"
+    assert main(["convert", "--out", str(again), "--init", str(longer), *more, *common, "--precision", "bfloat16"]) == 0
+    provenance = json.loads((again / "convert.json").read_text())
+    assert provenance["init"] == {"folder": str(longer), "provenance": None} and provenance["heal"]["autocast"]
 
 
 def test_healing_further_can_train_an_indexer_of_another_shape(gguf_file, tmp_path):

@@ -9,6 +9,7 @@ from jev.command import MODEL_HELP, model_folder
 from jev.convert.closed_form import MLARanks
 from jev.convert.heal import STAGES, HealSettings
 from jev.convert.source import smollm2_gguf
+from jev.model.precision import PRECISIONS, resolve_autocast
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -59,6 +60,9 @@ def _add_convert(commands: argparse._SubParsersAction) -> None:
                         help="rows per step of the indexer and sparse stages")
     parser.add_argument("--seed", type=int, default=heal.seed)
     parser.add_argument("--save-every", type=int, default=heal.save_every, help="steps between saved states")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
+                        help="arithmetic of the healing steps: auto is bfloat16 autocast where the CPU has native "
+                        "bfloat16 (AVX-512 BF16, AMX), else float32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.set_defaults(func=_run_convert)
 
@@ -82,6 +86,7 @@ def _run_convert(args: argparse.Namespace) -> int:
             indexer_lr=args.indexer_lr, sparse_lr=args.sparse_lr,
             batch_size=args.batch_size, dsa_batch_size=args.dsa_batch_size,
             seed=args.seed, save_every=args.save_every, frozen=tuple(args.freeze),
+            autocast=resolve_autocast(args.precision),
         ),
         block_size=args.block_size,
         dsa_block_size=args.dsa_block_size,

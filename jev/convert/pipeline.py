@@ -153,7 +153,9 @@ def write_folder(model: Model, source: LlamaSource, settings: ConvertSettings, h
 
 
 def _init_provenance(init: Path | None) -> dict | None:
-    """What a run that healed further started from: the folder and that folder's own provenance."""
+    """What a run that healed further started from: the folder and that folder's own provenance (a
+    decider folder, whose backbone was fine-tuned after its conversion, has none of its own)."""
     if init is None:
         return None
-    return {"folder": str(init), "provenance": json.loads((init / PROVENANCE_FILE).read_text())}
+    provenance = init / PROVENANCE_FILE
+    return {"folder": str(init), "provenance": json.loads(provenance.read_text()) if provenance.exists() else None}

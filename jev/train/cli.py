@@ -14,6 +14,7 @@ from jev.data.examples import ROW_FORMAT
 from jev.decide.prompt import RENDERINGS
 from jev.generate.drafters.dspark import DSparkConfig
 from jev.model import ModelConfig
+from jev.model.precision import PRECISIONS, resolve_autocast
 from jev.schema import JevError, load_task
 from jev.train.answer_corpus import AnswerDocuments
 from jev.train.drafter import DrafterSettings, distill, drafter_config
@@ -142,7 +143,7 @@ def _add_decide(train: argparse._SubParsersAction) -> None:
     parser.add_argument("--patience", type=int, default=1,
                         help="a task stops training after this many epochs without a better validation loss "
                         "(default: %(default)s)")
-    parser.add_argument("--precision", choices=["auto", "float32", "bfloat16"], default="auto",
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
                         help="arithmetic of training steps; auto is bfloat16 autocast where the CPU has native "
                         "bfloat16 (AVX-512 BF16, AMX), else float32 (default: %(default)s)")
     parser.add_argument("--rendering", choices=RENDERINGS, default="fields",
@@ -172,13 +173,11 @@ def _run_decide(args: argparse.Namespace) -> int:
             skip_invalid=args.skip_invalid,
             answer_weight=args.answer_weight, answer_frozen_layers=args.answer_frozen_layers,
             frozen_layers=args.frozen_layers, frozen_mlps=args.frozen_mlps, patience=args.patience,
-            autocast=AUTOCAST[args.precision], rendering=args.rendering,
+            autocast=resolve_autocast(args.precision), rendering=args.rendering,
         )
     )
     print(f"wrote a decider to {out}")
     return 0
-
-AUTOCAST = {"auto": None, "float32": False, "bfloat16": True}  # --precision as DecideSettings.autocast
 
 def _task_weights(entries: list[str]) -> dict[str, float]:
     """`NAME=W` entries as {name: weight}; a malformed entry is a clear error, not a traceback."""

@@ -30,7 +30,6 @@ import json
 import math
 import random
 import time
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from jev.decide.decision import DecisionModel
 from jev.decide.kinds import kind_of
 from jev.generate.answer import AnswerTokens
 from jev.model import Model
+from jev.model.precision import bfloat16_autocast, native_bfloat16
 from jev.schema import JevError, Task
 from jev.tokenizer import load_tokenizer, load_tokenizer_config
 from jev.train.distributed import Distributed
@@ -247,7 +247,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
         valid, skipped_valid = read_examples(data.valid, data.task, encode, settings.skip_invalid, answer)
         if frozen:
             name, cached = data.task.name, time.perf_counter()
-            with _autocast(autocast):
+            with bfloat16_autocast(autocast):
                 train = with_lower_states(network, train, settings.batch_size, f"{name}: train rows to layer {frozen}")
                 valid = with_lower_states(network, valid, settings.batch_size, f"{name}: valid rows to layer {frozen}")
             caching += time.perf_counter() - cached
@@ -281,7 +281,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, settings.lr, settings.warmup_steps, total)
             shard = batch[ddp.rank :: ddp.world_size] or batch
-            with _autocast(autocast):
+            with bfloat16_autocast(autocast):
                 outputs = trainer(name, [e.token_ids for e in shard], training=True, answers=answers_of(shard),
                                   answer_frozen_layers=settings.answer_frozen_layers, lower_states=lowers_of(shard))
                 task_loss = field_losses(by_name[name], outputs.logits, shard)
@@ -298,7 +298,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
             progress.set_postfix(task=name, loss=f"{task_loss.item():.3f}", idx=f"{outputs.indexer_loss.item():.3f}",
                                  tok_s=f"{tokens / elapsed:.0f}")
             progress.update()
-        with _autocast(autocast):
+        with bfloat16_autocast(autocast):
             scores = {name: evaluate(network, by_name[name], split.valid, settings.batch_size)
                       for name, split in splits.items()}
         for name in training:
@@ -338,19 +338,6 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
 def base_query_layer(base: Path) -> int:
     """The layer a base decider's field queries join at (its frozen layers), or 0 for a plain backbone."""
     return Manifest.read(base).query_layer if (base / HEADS_FILE).exists() else 0
-
-
-def native_bfloat16() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices in hardware (AVX-512 BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def _autocast(enabled: bool) -> AbstractContextManager:
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
 
 
 def _summary(scores: dict[str, dict[str, float]]) -> str:
