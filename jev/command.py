@@ -14,7 +14,7 @@ from pathlib import Path
 
 from jev.model.checkpoint import CheckpointError
 from jev.model.config import ConfigError
-from jev.model.fp16 import WEIGHTS
+from jev.model.weights import WEIGHTS
 from jev.schema import JevError
 
 DEFAULT_MODEL = Path("models") / "default"
@@ -53,10 +53,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_weights_option(parser: argparse.ArgumentParser) -> None:
-    """`--weights`, as `jev decide`, `jev profile` and `jev serve` share it (`jev.model.fp16`)."""
+    """`--weights`, as `jev decide`, `jev profile` and `jev serve` share it (`jev.model.weights`)."""
     parser.add_argument(
         "--weights", choices=WEIGHTS, default="auto",
-        help="what the large matrix products' weights are stored as: float32 (as trained) or fp16 (CPU, fbgemm: "
-        "half the bytes, decoding about 1.5x faster, a probability moving by about 1e-5 on average); auto is "
-        "fp16 where fbgemm runs (x86), else float32 (default: %(default)s)",
+        help="what the large matrix products' weights are stored as: float32 (as trained), bf16 (bfloat16 "
+        "products: decisions and decoding faster on a CPU with native bfloat16) or fp16 (fbgemm: half the bytes, "
+        "decoding faster); auto is bf16 where the CPU multiplies bfloat16 natively (AVX-512 BF16, AMX), else fp16 "
+        "where fbgemm runs (x86), else float32 (default: %(default)s)",
     )

@@ -42,8 +42,8 @@ from jev.generate.profiles import ProfileMeasurement, load_profile
 from jev.generate.scheduler import LoadAwareScheduler, VerifyPolicy
 from jev.generate.texts import TextSettings, WrittenTexts, cache_room, write_texts
 from jev.model import LatentCache, Model
-from jev.model.fp16 import Weights, store_weights
 from jev.model.heads import TaskHeads
+from jev.model.weights import Weights, store_weights
 from jev.schema import (
     Decided,
     FieldOutcome,
@@ -199,8 +199,9 @@ class Decider:
         conformal coverage its calibration was not fitted at, unless `check_policies=False` (as
         `jev calibrate` loads it, to fit that calibration). The folder's `drafter/`, if any, drafts
         text fields unless `speculative=False`; its verify profile is loaded, or starts measuring.
-        `weights="fp16"` (or `"auto"` where fbgemm runs) stores the backbone's large matrices as float16
-        (`jev.model.fp16`), and the model id says so.
+        `weights="bf16"` or `"fp16"` (or `"auto"`: bf16 where the CPU multiplies bfloat16 natively, else
+        fp16 where fbgemm runs) stores the backbone's large matrices in half float32's bytes
+        (`jev.model.weights`), and the model id says so.
         """
         folder = Path(path)
         manifest = Manifest.read(folder)

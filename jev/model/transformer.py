@@ -62,7 +62,7 @@ class Model(nn.Module):
             self.lm_head.weight = self.backbone.embed_tokens.weight
         # The registry package file the carried-over weights came from (set by `from_pretrained`).
         self.base: BaseReference | None = None
-        # What the large matrix products' weights are stored as (`jev.model.fp16`): fp16 is for
+        # What the large matrix products' weights are stored as (`jev.model.weights`): fp16 and bf16 are for
         # inference only.
         self.weights = "float32"
 

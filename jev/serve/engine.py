@@ -31,7 +31,7 @@ class Engine:
     @classmethod
     def load(cls, folder: str | Path, speculative: bool = True, weights: str = "float32") -> "Engine":
         """Load a decider folder; `speculative=False` writes text fields without its drafter, and
-        `weights` says what its large matrices are stored as (`jev.model.fp16`)."""
+        `weights` says what its large matrices are stored as (`jev.model.weights`)."""
         path = Path(folder)
         return cls(Decider.load(path, speculative=speculative, weights=weights), path.resolve().name)
 

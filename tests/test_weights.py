@@ -1,0 +1,160 @@
+"""Half-size weights (`jev.model.weights`, fp16 and bf16): which products change, a product against
+its rounded weights in float64, that a row's result never depends on its batch, the whole model and
+its cache against float32, greedy speculative decoding on them against plain, a decider folder and
+`jev decide` on them, what `auto` picks, and the refusals."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from jev.decide.decider import Decider
+from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.loop import generate
+from jev.generate.profiles import machine_key
+from jev.model.precision import native_bfloat16
+from jev.model.weights import LARGE_LINEARS, STORED, WeightsError, auto_weights, store_weights
+from tests.serving import TASKS, tiny_decider
+from tests.tiny import random_model, tiny_config
+
+HALF = ["fp16", "bf16"]
+
+
+@pytest.mark.parametrize("weights", HALF)
+def test_only_the_named_products_change(tiny_model, weights):
+    embedding = tiny_model.backbone.embed_tokens.weight.clone()
+    changed = store_weights(tiny_model, weights)
+    assert len(changed) == 7 * len(tiny_model.backbone.layers) + 1 and "lm_head" in changed
+    for name, module in tiny_model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in LARGE_LINEARS:
+            assert isinstance(module, STORED[weights]), name
+        elif leaf in {"kv_b_proj", "wq_b", "wk", "weights_proj"}:
+            assert type(module) is nn.Linear, name
+    assert torch.equal(tiny_model.backbone.embed_tokens.weight, embedding)
+    assert tiny_model.weights == weights and tiny_model.dtype == torch.float32
+
+
+def test_a_float16_product_is_its_float16_weights_in_float32():
+    linear = nn.Linear(48, 40, bias=False)
+    x = torch.randn(3, 5, 48)
+    exact = x.double() @ linear.weight.detach().half().double().T
+    got = STORED["fp16"](linear)(x)
+    assert got.shape == (3, 5, 40)
+    torch.testing.assert_close(got.double(), exact, atol=1e-5, rtol=1e-5)
+
+
+def test_a_bfloat16_product_is_its_rounded_operands_multiplied_exactly():
+    linear = nn.Linear(48, 40, bias=False)
+    x = torch.randn(3, 5, 48)
+    exact = x.bfloat16().double() @ linear.weight.detach().bfloat16().double().T
+    got = STORED["bf16"](linear)(x)
+    assert got.shape == (3, 5, 40) and got.dtype == torch.float32
+    # the products are exact in float32; the sum's rounding, and the result's to bfloat16, remain
+    torch.testing.assert_close(got.double(), exact, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("weights", HALF)
+def test_a_row_does_not_depend_on_its_batch(weights):
+    product = STORED[weights](nn.Linear(576, 1536, bias=False))
+    x = torch.randn(37, 576)
+    x[3] *= 1000  # an outlier row, as the bos token's states are
+    together = product(x)
+    for rows in (slice(0, 1), slice(3, 4), slice(5, 13), slice(0, 33)):
+        assert torch.equal(product(x[rows]), together[rows]), rows
+
+
+@pytest.mark.parametrize(("weights", "bound"), [("fp16", 1e-5), ("bf16", 1e-3)])
+def test_the_model_stays_close_to_float32(weights, bound):
+    model = random_model(tiny_config(), seed=0)
+    ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        reference = torch.log_softmax(model(ids).double(), -1)
+        store_weights(model, weights)
+        got = torch.log_softmax(model(ids).double(), -1)
+    kl = (reference.exp() * (reference - got)).sum(-1)
+    assert 0 < kl.max() < bound  # changed, and only by the rounding of the weights (and bf16's inputs)
+
+
+@pytest.mark.parametrize("weights", HALF)
+def test_decoding_through_the_cache_matches_a_cache_free_pass(weights):
+    model = random_model(tiny_config(), seed=1)
+    store_weights(model, weights)
+    ids = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        whole = model(ids)
+        cache = model.new_cache(1, 16)
+        pieces = [model(ids[:, :8], cache=cache), *(model(ids[:, i : i + 1], cache=cache) for i in range(8, 12))]
+    torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("weights", "tolerance"), [("fp16", 1e-4), ("bf16", 1e-2)])
+def test_a_decider_folder_loads_with_half_size_weights(tmp_path, weights, tolerance):
+    tiny_decider().save(tmp_path / "model")
+    ticket = [TASKS["tests.serving:TICKET"]]
+    data = {"text": "my invoice is wrong", "customer": {"name": "Ada"}}
+    float32 = Decider.load(tmp_path / "model", tasks=ticket)
+    half = Decider.load(tmp_path / "model", tasks=ticket, weights=weights)
+    assert half.model.weights == weights and half.model_id == f"{float32.model_id}-{weights}"
+    expected, got = float32.decide("ticket", data), half.decide("ticket", data)
+    assert got.model["model_id"] == half.model_id
+    for field, probabilities in expected.probs.items():
+        for value, probability in probabilities.items():
+            assert got.probs[field][value] == pytest.approx(probability, abs=tolerance)
+
+
+def test_auto_is_bf16_where_bfloat16_is_native_else_fp16_where_fbgemm_runs(monkeypatch):
+    from jev.model import weights as module
+
+    model = random_model(tiny_config())
+    native = native_bfloat16()
+    assert store_weights(model, "auto") and model.weights == ("bf16" if native else "fp16")  # this x86 torch has fbgemm
+    assert store_weights(model, "auto") == [] and auto_weights(model) == "float32"
+    monkeypatch.setattr(module, "native_bfloat16", lambda: not native)
+    assert auto_weights(random_model(tiny_config())) == ("fp16" if native else "bf16")
+    half = random_model(tiny_config()).to(torch.bfloat16)
+    assert store_weights(half, "auto") == [] and half.weights == "float32"
+
+
+def test_refusals(tmp_path):
+    model = random_model(tiny_config())
+    key = machine_key(model)
+    assert store_weights(model, "float32") == [] and machine_key(model) == key
+    with pytest.raises(WeightsError, match="one of"):
+        store_weights(model, "int8")
+    store_weights(model, "fp16")
+    assert machine_key(model) != key  # its verify profile is measured apart from the float one's
+    with pytest.raises(WeightsError, match="fp16 already"):
+        store_weights(model, "fp16")
+    with pytest.raises(ValueError, match="inference only"):
+        model.save_pretrained(tmp_path)
+    for weights in HALF:
+        with pytest.raises(WeightsError, match="float32 model"):
+            store_weights(random_model(tiny_config()).to(torch.bfloat16), weights)
+
+
+@pytest.mark.parametrize(
+    ("argv", "suffix"), [([], "-auto"), (["--weights", "float32"], ""), (["--weights", "bf16"], "-bf16")]
+)
+def test_jev_decide_runs_on_half_size_weights_unless_told_otherwise(tmp_path, capsys, argv, suffix):
+    from jev.cli import main
+
+    tiny_decider().save(tmp_path / "model")
+    data = json.dumps({"text": "my invoice is wrong", "customer": {"name": "Ada"}})
+    assert main(["decide", "--model", str(tmp_path / "model"), "--task", "ticket", *argv, data]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    suffix = suffix.replace("auto", "bf16" if native_bfloat16() else "fp16")
+    assert answer["model"]["model_id"] == Decider.load(tmp_path / "model").model_id + suffix
+
+
+@pytest.mark.parametrize("weights", HALF)
+def test_greedy_speculative_decoding_on_half_size_weights_equals_plain(one_thread, weights):
+    target = random_model(tiny_config(), seed=0)
+    store_weights(target, weights)
+    drafter = AutoregressiveDrafter(random_model(tiny_config(num_hidden_layers=1), seed=1))
+    prompts = [[(7 * i + 3 * j) % 97 for j in range(1 + (5 * i) % 11)] for i in range(8)]
+    plain = generate(target, prompts, 16, temperature=0.0)
+    for draft_len in (1, 4):
+        spec = generate(target, prompts, 16, temperature=0.0, drafter=drafter, draft_len=draft_len)
+        assert spec.stats.drafted > 0 and spec.tokens == plain.tokens
