@@ -15,6 +15,7 @@ model Jev's backbone was converted from.
 """
 
 import argparse
+import importlib.util
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +29,8 @@ from jev.decide.decider import Decider
 from jev.generate.drafters import Drafter, load_drafter
 from jev.generate.loop import TargetState, generate
 from jev.model import Model
+
+ANCHOR = "llama.cpp, Q4_1 GGUF"  # timed when llama-cpp-python is installed
 
 
 def jev_rate(model: Model, prompt: list[int], new: int, drafter: Drafter | None, draft_len: int) -> float:
@@ -76,20 +79,21 @@ def main() -> None:
         runs[f"Jev, drafter k={k}, {decider.model.weights} weights"] = (
             lambda p, k=k: jev_rate(decider.model, p, args.new_tokens, drafter, k)
         )
-    runs["llama.cpp, Q4_1 GGUF"] = lambda p: llama_cpp_rate(p, args.new_tokens)
+    if importlib.util.find_spec("llama_cpp") is not None:
+        runs[ANCHOR] = lambda p: llama_cpp_rate(p, args.new_tokens)
     rates = {}
     for name, rate in runs.items():
         rate(prompts[0])  # warm-up: first-call allocations
         rates[name] = statistics.median(rate(p) for p in prompts)
         print(name, f"{rates[name]:.1f} tok/s", flush=True)
-    anchor = rates["llama.cpp, Q4_1 GGUF"]
+    anchor = rates.get(ANCHOR)
     lines = [
         f"Greedy decode of {args.new_tokens} tokens after each of {args.prompts} test mails' subject prompts "
         "(median over prompts; prompt reading not timed), batch 1.",
         "",
         "| decoder | tok/s | against llama.cpp |",
         "|---|---|---|",
-        *(f"| {name} | {rate:.1f} | {rate / anchor:.2f}x |" for name, rate in rates.items()),
+        *(f"| {name} | {rate:.1f} | {f'{rate / anchor:.2f}x' if anchor else '-'} |" for name, rate in rates.items()),
     ]
     markdown = "\n".join(lines)
     print(markdown)

@@ -13,7 +13,6 @@ from jev.decide.decider import Decider
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.loop import generate
 from jev.generate.profiles import machine_key
-from jev.model.precision import native_bfloat16
 from jev.model.weights import LARGE_LINEARS, STORED, WeightsError, auto_weights, store_weights
 from tests.serving import TASKS, tiny_decider
 from tests.tiny import random_model, tiny_config
@@ -104,15 +103,10 @@ def test_a_decider_folder_loads_with_half_size_weights(tmp_path, weights, tolera
             assert got.probs[field][value] == pytest.approx(probability, abs=tolerance)
 
 
-def test_auto_is_bf16_where_bfloat16_is_native_else_fp16_where_fbgemm_runs(monkeypatch):
-    from jev.model import weights as module
-
+def test_auto_is_fp16_where_fbgemm_runs_and_float32_elsewhere():
     model = random_model(tiny_config())
-    native = native_bfloat16()
-    assert store_weights(model, "auto") and model.weights == ("bf16" if native else "fp16")  # this x86 torch has fbgemm
+    assert store_weights(model, "auto") and model.weights == "fp16"  # this x86 torch has fbgemm
     assert store_weights(model, "auto") == [] and auto_weights(model) == "float32"
-    monkeypatch.setattr(module, "native_bfloat16", lambda: not native)
-    assert auto_weights(random_model(tiny_config())) == ("fp16" if native else "bf16")
     half = random_model(tiny_config()).to(torch.bfloat16)
     assert store_weights(half, "auto") == [] and half.weights == "float32"
 
@@ -144,7 +138,7 @@ def test_jev_decide_runs_on_half_size_weights_unless_told_otherwise(tmp_path, ca
     data = json.dumps({"text": "my invoice is wrong", "customer": {"name": "Ada"}})
     assert main(["decide", "--model", str(tmp_path / "model"), "--task", "ticket", *argv, data]) == 0
     answer = json.loads(capsys.readouterr().out)
-    suffix = suffix.replace("auto", "bf16" if native_bfloat16() else "fp16")
+    suffix = suffix.replace("auto", "fp16")
     assert answer["model"]["model_id"] == Decider.load(tmp_path / "model").model_id + suffix
 
 

@@ -3,18 +3,18 @@
 Why: on a CPU a decode step is bound by streaming every weight once, and a decision pass by the
 matrix products themselves. Two stored forms halve float32's bytes:
 
+- `fp16`: fbgemm's float16 linear, float16 weights computed in float32: a decode step streams half
+  the bytes, and a probability moves by about 1e-5 on average.
 - `bf16`: bfloat16 weights, and bfloat16 products (oneDNN) on the activations rounded to bfloat16,
   returned as float32. Where the CPU multiplies bfloat16 in hardware (AVX-512 BF16, AMX) a decision
-  pass took about half float32's time (`benchmarks/decision_cost.py`); elsewhere it is emulated and
-  several times slower.
-- `fp16`: fbgemm's float16 linear, float16 weights computed in float32: the products cost what
-  float32's do, but a decode step streams half the bytes.
+  pass took 0.83-0.90x fp16's time, but plain decoding ran at 0.81x fp16's speed and a probability
+  moved about ten times as far (`docs/benchmarks.md`); elsewhere bfloat16 is emulated and slow.
 
 Both keep each result row a function of its own input row only, so a decision never depends on what
 else is in its batch, and a verified block scores each position as plain decoding does (the
-speculative path stays lossless). `auto` takes bf16 where the CPU has native bfloat16, else fp16
-where fbgemm runs (x86), else float32. What each moves is measured on test decisions
-(`benchmarks/weights.py`).
+speculative path stays lossless). `auto` takes fp16 where fbgemm runs (x86), else float32: measured
+on a CPU with native bfloat16, bf16 gave decisions little and cost decoding and precision more.
+What each moves is measured on test decisions (`benchmarks/weights.py`).
 
 int8 was tried and left out: fbgemm quantises the activations with one range per call, so the bos
 token's outlier states set every row's precision, and even with each row scaled to its own range
@@ -33,7 +33,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jev.model.precision import native_bfloat16
 from jev.model.transformer import Model
 
 Weights = Literal["auto", "float32", "fp16", "bf16"]
@@ -77,22 +76,14 @@ def fp16_available(model: Model) -> bool:
     return _cpu_float32(model) and "fbgemm" in torch.backends.quantized.supported_engines
 
 
-def bf16_fast(model: Model) -> bool:
-    """Whether bf16 weights pay here: a float32 model on a CPU that multiplies bfloat16 natively."""
-    return _cpu_float32(model) and native_bfloat16()
-
-
 def _cpu_float32(model: Model) -> bool:
     return model.device.type == "cpu" and model.dtype == torch.float32
 
 
 def auto_weights(model: Model) -> Weights:
-    """What `auto` stores for this model here: bf16, else fp16, else float32 (see the module's docstring)."""
-    if model.weights != "float32":
-        return "float32"
-    if bf16_fast(model):
-        return "bf16"
-    return "fp16" if fp16_available(model) else "float32"
+    """What `auto` stores for this model here: fp16 where fbgemm runs, else float32 (see the module's
+    docstring for why not bf16)."""
+    return "fp16" if model.weights == "float32" and fp16_available(model) else "float32"
 
 
 def large_linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
