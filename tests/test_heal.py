@@ -3,16 +3,13 @@ under bfloat16 autocast against the same run in float32."""
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from jev.convert.closed_form import MLARanks, collect_statistics, convert
 from jev.convert.heal import KL_ROWS, HealSettings, heal, next_token_kl
 from jev.convert.llama import LlamaTeacher
 from jev.convert.source import read_llama_folder
 from jev.model.precision import resolve_autocast
-from jev.tokenizer import save_tokenizer
-from jev.train.tokenizer import train_tokenizer
-from tests.test_convert import VOCAB, ids
+from tests.test_convert import ids, tiny_llama
 
 
 def reference_kl(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -53,15 +50,9 @@ def test_precision_names_resolve_and_a_wrong_one_is_refused():
         resolve_autocast("fp8")
 
 
-def _source_and_model(tmp_path):
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True, rope_theta=10000.0,
-    )
-    LlamaForCausalLM(config).save_pretrained(tmp_path)
-    save_tokenizer(train_tokenizer(["the quick brown fox"] * 4, VOCAB), tmp_path)
-    source = read_llama_folder(tmp_path)
+def _source_and_model(folder):
+    tiny_llama(folder, kv_heads=2)
+    source = read_llama_folder(folder)
     teacher = LlamaTeacher(source).eval()
     ranks = MLARanks(kv_lora_rank=16, qk_rope_head_dim=8, index_n_heads=2, index_head_dim=8, index_topk=16)
     return teacher, convert(source, ranks, collect_statistics(teacher, ids(64, 4, seed=7)))
