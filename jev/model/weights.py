@@ -7,8 +7,9 @@ matrix products themselves. Two stored forms halve float32's bytes:
   the bytes, and a probability moves by about 1e-5 on average.
 - `bf16`: bfloat16 weights, and bfloat16 products (oneDNN) on the activations rounded to bfloat16,
   returned as float32. Where the CPU multiplies bfloat16 in hardware (AVX-512 BF16, AMX) a decision
-  pass took 0.83-0.90x fp16's time, but plain decoding ran at 0.81x fp16's speed and a probability
-  moved about ten times as far (`docs/benchmarks.md`); elsewhere bfloat16 is emulated and slow.
+  pass took 0.83-0.90x fp16's time, but plain decoding ran at about half fp16's speed and a
+  probability moved about ten times as far (`docs/benchmarks.md`); elsewhere bfloat16 is emulated
+  and slow.
 
 Both keep each result row a function of its own input row only, so a decision never depends on what
 else is in its batch, and a verified block scores each position as plain decoding does (the
