@@ -116,8 +116,8 @@ base-model: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) convert --out $(CONVERTED) --threads $(JOBS) --corpus $(HEAL_CORPUS)
 
 # The longer healing: 90 more distillation and 60 more indexer steps (on 1024-token rows, as every
-# indexer stage) from base-model's folder, on blocks drawn with another seed. About 60 more minutes;
-# what it buys is in docs/conversion.md.
+# indexer stage) from base-model's folder, on blocks drawn with another seed. About 27 more minutes
+# with native bfloat16, about 60 without; what it buys is in docs/conversion.md.
 base-model-long: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) convert --init $(CONVERTED) --out $(CONVERTED)-long --threads $(JOBS) --seed 1 --transfer-steps 0 \
 		--distill-steps 90 --indexer-steps 60 --corpus $(HEAL_CORPUS)
