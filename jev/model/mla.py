@@ -90,7 +90,9 @@ class MLA(nn.Module):
         q_rope = rotate_interleaved(q_rope, batch.cos, batch.sin)
         latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.d_latent, self.d_rope], dim=-1)
         kv = torch.cat((self.kv_a_layernorm(latent), rotate_interleaved(k_rope, batch.cos, batch.sin)), dim=-1)
-        index_key = self.indexer.keys(x, batch.cos, batch.sin)
+        selecting = batch.indexer_losses is None and self.index_topk < batch.n_keys
+        # The indexer keys are read only by a selection or by later passes over the cache.
+        index_key = self.indexer.keys(x, batch.cos, batch.sin) if selecting or batch.cache is not None else None
 
         if batch.cache is not None:
             batch.cache.write(self.layer_idx, batch.positions, kv, index_key)
@@ -98,7 +100,7 @@ class MLA(nn.Module):
 
         if batch.indexer_losses is not None:
             out = self.dense_training_attention(x, q_compressed, q_nope, q_rope, kv, batch)
-        elif self.index_topk < batch.n_keys:
+        elif selecting:
             top = self.indexer.select(
                 x, q_compressed, index_key, batch.positions, batch.cos, batch.sin, self.index_topk
             )
@@ -142,15 +144,19 @@ class MLA(nn.Module):
         k_nope, value = self.kv_b_proj(latent).view(size, length, self.n_heads, -1).split([self.d_nope, self.d_v], -1)
         key = torch.cat((k_nope, k_rope.unsqueeze(2).expand(-1, -1, self.n_heads, -1)), dim=-1)
         query = torch.cat((q_nope, q_rope), dim=-1)
+        # SDPA's fused CPU kernel needs values as wide as the keys; without it, it falls back to the
+        # unfused path at about twice the time. The zero columns add nothing to the output.
+        value = F.pad(value, (0, query.shape[-1] - self.d_v))
         query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         if visible is None:
             # Fresh sequences are right-padded from position 0, so plain causal attention is exact for
             # every real query, and it lets SDPA use its fused kernel (faster forward and
             # backward on CPU than with an explicit mask); padding queries' outputs are never read.
-            return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=self.scale).transpose(1, 2)
-        visible[..., 0] |= ~visible.any(-1)  # padding queries read key 0 rather than produce NaN
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=visible.unsqueeze(1), scale=self.scale)
-        return out.transpose(1, 2)
+            out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=self.scale)
+        else:
+            visible[..., 0] |= ~visible.any(-1)  # padding queries read key 0 rather than produce NaN
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=visible.unsqueeze(1), scale=self.scale)
+        return out.transpose(1, 2)[..., : self.d_v]
 
     def dense_training_attention(
         self,
