@@ -1,23 +1,28 @@
-"""Half-size weights (`jev.model.weights`, fp16 and bf16): which products change, a product against
-its rounded weights in float64, that a row's result never depends on its batch, the whole model and
-its cache against float32, greedy speculative decoding on them against plain, a decider folder and
+"""Half-size weights (`jev.model.weights`, fp16, bf16 and mixed): which products change, a product
+against its rounded weights in float64, that a row's result never depends on its batch, that mixed
+takes bf16's products in fresh passes and fp16's when extending a cache, the whole model and its
+cache against float32, greedy speculative decoding on them against plain, a decider folder and
 `jev decide` on them, what `auto` picks, and the refusals."""
 
 import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from jev.decide.decider import Decider
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.loop import generate
 from jev.generate.profiles import machine_key
+from jev.model.precision import native_bfloat16
 from jev.model.weights import LARGE_LINEARS, STORED, WeightsError, auto_weights, store_weights
 from tests.serving import TASKS, tiny_decider
 from tests.tiny import random_model, tiny_config
 
-HALF = ["fp16", "bf16"]
+HALF = ["fp16", "bf16", "mixed"]
+SINGLE = ["fp16", "bf16"]
+AUTO = "mixed" if native_bfloat16() else "fp16"  # this x86 torch has fbgemm
 
 
 @pytest.mark.parametrize("weights", HALF)
@@ -54,7 +59,7 @@ def test_a_bfloat16_product_is_its_rounded_operands_multiplied_exactly():
     torch.testing.assert_close(got.double(), exact, atol=2e-2, rtol=1e-2)
 
 
-@pytest.mark.parametrize("weights", HALF)
+@pytest.mark.parametrize("weights", SINGLE)
 def test_a_row_does_not_depend_on_its_batch(weights):
     product = STORED[weights](nn.Linear(576, 1536, bias=False))
     x = torch.randn(37, 576)
@@ -64,7 +69,28 @@ def test_a_row_does_not_depend_on_its_batch(weights):
         assert torch.equal(product(x[rows]), together[rows]), rows
 
 
-@pytest.mark.parametrize(("weights", "bound"), [("fp16", 1e-5), ("bf16", 1e-3)])
+def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypatch):
+    product = STORED["bf16"](nn.Linear(64, 48, bias=False))
+    x = torch.randn(600, 64)  # two blocks of 256 rows and 88 more, multiplied as 96
+    together = product(x)
+    for rows in (slice(250, 262), slice(255, 256), slice(599, 600), slice(0, 513)):
+        assert torch.equal(product(x[rows]), together[rows]), rows
+    exact = x.bfloat16().double() @ product.weight.double().T
+    torch.testing.assert_close(together.double(), exact, atol=2e-2, rtol=1e-2)
+    seen = set()
+    linear = F.linear
+
+    def counting(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        seen.add(rows.shape[0])
+        return linear(rows, weight)
+
+    monkeypatch.setattr(F, "linear", counting)
+    for n in range(1, 700):
+        product(torch.randn(n, 64))
+    assert seen == set(range(1, 17)) | set(range(32, 257, 16))  # as they come, or rounded up; 256 is a block
+
+
+@pytest.mark.parametrize(("weights", "bound"), [("fp16", 1e-5), ("bf16", 1e-3), ("mixed", 1e-3)])
 def test_the_model_stays_close_to_float32(weights, bound):
     model = random_model(tiny_config(), seed=0)
     ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
@@ -76,7 +102,23 @@ def test_the_model_stays_close_to_float32(weights, bound):
     assert 0 < kl.max() < bound  # changed, and only by the rounding of the weights (and bf16's inputs)
 
 
-@pytest.mark.parametrize("weights", HALF)
+def test_mixed_multiplies_fresh_passes_in_bfloat16_and_cache_extensions_in_float16():
+    models = {}
+    for weights in HALF:
+        models[weights] = random_model(tiny_config(), seed=2)
+        store_weights(models[weights], weights)
+    ids = torch.randint(0, 97, (2, 10), generator=torch.Generator().manual_seed(2))
+    caches = {weights: model.new_cache(2, 16) for weights, model in models.items()}
+    with torch.inference_mode():
+        prompt = {weights: model(ids[:, :8], cache=caches[weights]) for weights, model in models.items()}
+        assert torch.equal(prompt["mixed"], prompt["bf16"]) and not torch.equal(prompt["mixed"], prompt["fp16"])
+        # an fp16 step reading the cache that the bf16 prompt pass wrote is what mixed computes
+        reference = models["fp16"](ids[:, 8:], cache=caches["bf16"])
+        step = models["mixed"](ids[:, 8:], cache=caches["mixed"])
+    assert torch.equal(step, reference)
+
+
+@pytest.mark.parametrize("weights", SINGLE)
 def test_decoding_through_the_cache_matches_a_cache_free_pass(weights):
     model = random_model(tiny_config(), seed=1)
     store_weights(model, weights)
@@ -88,7 +130,7 @@ def test_decoding_through_the_cache_matches_a_cache_free_pass(weights):
     torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize(("weights", "tolerance"), [("fp16", 1e-4), ("bf16", 1e-2)])
+@pytest.mark.parametrize(("weights", "tolerance"), [("fp16", 1e-4), ("bf16", 1e-2), ("mixed", 1e-2)])
 def test_a_decider_folder_loads_with_half_size_weights(tmp_path, weights, tolerance):
     tiny_decider().save(tmp_path / "model")
     ticket = [TASKS["tests.serving:TICKET"]]
@@ -103,9 +145,9 @@ def test_a_decider_folder_loads_with_half_size_weights(tmp_path, weights, tolera
             assert got.probs[field][value] == pytest.approx(probability, abs=tolerance)
 
 
-def test_auto_is_fp16_where_fbgemm_runs_and_float32_elsewhere():
+def test_auto_is_mixed_or_fp16_where_fbgemm_runs_and_float32_elsewhere():
     model = random_model(tiny_config())
-    assert store_weights(model, "auto") and model.weights == "fp16"  # this x86 torch has fbgemm
+    assert store_weights(model, "auto") and model.weights == AUTO
     assert store_weights(model, "auto") == [] and auto_weights(model) == "float32"
     half = random_model(tiny_config()).to(torch.bfloat16)
     assert store_weights(half, "auto") == [] and half.weights == "float32"
@@ -138,7 +180,7 @@ def test_jev_decide_runs_on_half_size_weights_unless_told_otherwise(tmp_path, ca
     data = json.dumps({"text": "my invoice is wrong", "customer": {"name": "Ada"}})
     assert main(["decide", "--model", str(tmp_path / "model"), "--task", "ticket", *argv, data]) == 0
     answer = json.loads(capsys.readouterr().out)
-    suffix = suffix.replace("auto", "fp16")
+    suffix = suffix.replace("auto", AUTO)
     assert answer["model"]["model_id"] == Decider.load(tmp_path / "model").model_id + suffix
 
 

@@ -199,8 +199,8 @@ class Decider:
         conformal coverage its calibration was not fitted at, unless `check_policies=False` (as
         `jev calibrate` loads it, to fit that calibration). The folder's `drafter/`, if any, drafts
         text fields unless `speculative=False`; its verify profile is loaded, or starts measuring.
-        `weights="fp16"` (or `"auto"` where fbgemm runs) or `"bf16"` stores the backbone's large
-        matrices in half float32's bytes (`jev.model.weights`), and the model id says so.
+        `weights` other than `"float32"` stores the backbone's large matrices as float16, bfloat16 or
+        both (`jev.model.weights`), and the model id says so.
         """
         folder = Path(path)
         manifest = Manifest.read(folder)
