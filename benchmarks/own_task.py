@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--raw", type=Path, default=Path("runs/raw"), help="where the npm package is kept")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--max-input-tokens", type=int, default=256)
+    parser.add_argument("--frozen-layers", type=int, default=None, help="passed on to `jev train decide`")
+    parser.add_argument("--patience", type=int, default=1, help="passed on to `jev train decide`")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
@@ -56,6 +58,8 @@ def main() -> None:
             *JEV, "train", "decide", "--base", str(args.base), "--task", "examples.sotu:TASK",
             "--data", str(rows / "train.jsonl"), "--valid", str(rows / "valid.jsonl"), "--out", str(args.out),
             "--epochs", str(args.epochs), "--max-input-tokens", str(args.max_input_tokens),
+            "--patience", str(args.patience),
+            *([] if args.frozen_layers is None else ["--frozen-layers", str(args.frozen_layers)]),
         ])
         calibrate_seconds = run([
             *JEV, "calibrate", "--model", str(args.out), "--task", "sotu", "--data", str(rows / "calib.jsonl"),
@@ -67,8 +71,8 @@ def main() -> None:
     markdown = "\n".join([
         f"Rows per split: {', '.join(f'{split} {n}' for split, n in counts.items())} (`examples/sotu.py`; "
         "whole addresses per split). Trained from "
-        f"`{args.base}` with its recipe (query layer {manifest['query_layer']}), "
-        f"{args.epochs} epochs, at most {args.max_input_tokens} input tokens; kept epoch "
+        f"`{args.base}` (query layer {manifest['query_layer']}), "
+        f"{args.epochs} epochs, patience {args.patience}, at most {args.max_input_tokens} input tokens; kept epoch "
         f"{training['best_epoch']}. Training: {training['seconds'] / 60:.1f} min by the run's own record, "
         f"{training['lower_states_seconds'] / 60:.1f} of them the one-off pass to layer {manifest['query_layer']}"
         + (f", {train_seconds / 60:.1f} min of wall time for the whole command; `jev calibrate` "
