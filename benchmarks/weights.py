@@ -1,6 +1,7 @@
-"""What half-size weights (`jev serve --weights fp16|bf16`) change in the decisions: the same test rows
-decided with the model's weights as trained (float32) and with its large matrices stored as float16
-(fbgemm) and as bfloat16 (bfloat16 products).
+"""What half-size weights (`jev serve --weights fp16|bf16|mixed`) change in the decisions: the same test
+rows decided with the model's weights as trained (float32) and with its large matrices stored as
+float16 (fbgemm) and as bfloat16 (bfloat16 products). `mixed` decides exactly as bf16 does (its
+decision pass multiplies in bfloat16; `tests/test_weights.py`), so it has no column of its own.
 
 Per closed field and stored form: accuracy, how often it picks the same value as float32, and the
 largest and mean change of a calibrated probability. The first `--rows` test rows of each task are read.
