@@ -38,7 +38,7 @@ def cache_dir() -> Path:
 
 def machine_key(model: Model) -> str:
     """A short id of what a pass's speed depends on besides the weights: the processor, the threads
-    torch uses, the device, the dtype, fp16 weights and the torch build."""
+    torch uses, the device, the dtype, the stored weights' form and the torch build."""
     parts = [
         processor_name(), str(os.cpu_count()), str(torch.get_num_threads()), str(model.device),
         str(model.dtype), torch.__version__, str(PROFILE_VERSION),
