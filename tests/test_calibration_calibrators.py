@@ -19,11 +19,12 @@ from jev.calibration import (
     MultiLabelCalibrator,
     PlattScaling,
     TemperatureScaling,
+    VectorScaling,
     calibrator_from_dict,
     make_calibrator,
     nll,
 )
-from jev.calibration.calibrators import temperature_nll
+from jev.calibration.calibrators import fit_vector_scaling, temperature_nll, vector_scaling_objective
 from jev.calibration.search import golden_section_minimize
 
 
@@ -139,10 +140,12 @@ def _fitted_calibrators() -> list:
         IsotonicCalibration().fit(p, yb),
         MultiLabelCalibrator(method="isotonic").fit(np.column_stack([p, p**2]), np.column_stack([yb, yb])),
         MultiLabelCalibrator(method="temperature").fit(np.column_stack([p, p**2]), np.column_stack([yb, yb])),
+        VectorScaling().fit(probs, y),
+        VectorScaling(penalties=(1e-2,)).fit(probs, y),
     ]
 
 
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(8))
 def test_round_trip_through_json_reproduces_predictions_exactly(index: int) -> None:
     calibrator = _fitted_calibrators()[index]
     d = json.loads(json.dumps(calibrator.to_dict()))
@@ -151,7 +154,7 @@ def test_round_trip_through_json_reproduces_predictions_exactly(index: int) -> N
     datetime.fromisoformat(d["fitted_at"])
     rebuilt = calibrator_from_dict(d)
     assert type(rebuilt) is type(calibrator)
-    probs = _tempered_data(1.5, n=500, seed=9)[0] if index == 0 else _binary_data(n=500, seed=9)[0]
+    probs = _tempered_data(1.5, n=500, seed=9)[0] if index in (0, 6, 7) else _binary_data(n=500, seed=9)[0]
     if isinstance(calibrator, MultiLabelCalibrator):
         probs = np.column_stack([probs, probs**2])
     np.testing.assert_array_equal(rebuilt.predict_proba(probs), calibrator.predict_proba(probs))
@@ -170,6 +173,8 @@ def test_calibrators_follow_the_scikit_learn_contract() -> None:
     ("method", "kind", "n_values", "expected"),
     [
         ("temperature", "categorical", 7, TemperatureScaling),
+        ("vector", "categorical", 7, VectorScaling),
+        ("vector", "bool", None, VectorScaling),
         ("temperature", "int", None, TemperatureScaling),
         ("platt", "bool", None, PlattScaling),
         ("isotonic", "bool", None, IsotonicCalibration),
@@ -189,7 +194,7 @@ def test_make_calibrator_builds_the_right_type(method: str, kind: str, n_values:
     ("method", "kind", "n_values", "message"),
     [
         ("isotonic", "categorical", 5, "'isotonic' calibrates one probability, but this categorical field has 5"),
-        ("platt", "categorical", None, "use 'temperature'"),
+        ("platt", "categorical", None, "use 'temperature' or 'vector'"),
         ("platt", "int", 11, "int field has 11 values"),
         ("beta", "bool", None, "unknown calibration method 'beta'; use one of"),
         ("platt", "text", None, "unknown field kind 'text'; use one of"),
@@ -198,6 +203,62 @@ def test_make_calibrator_builds_the_right_type(method: str, kind: str, n_values:
 def test_make_calibrator_refuses_with_a_message(method: str, kind: str, n_values: int | None, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         make_calibrator(method, kind, n_values)
+
+
+def _biased_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The head says softmax(z); the world draws from softmax(z / 1.5 + b) with b favouring value 0."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0.0, 2.0, size=(n, 5))
+    bias = np.array([1.2, 0.0, -0.4, 0.3, -1.1])
+    return _softmax(logits), _sample(_softmax(logits / 1.5 + bias), rng), bias
+
+
+def test_vector_scaling_recovers_a_known_temperature_and_biases() -> None:
+    probs, y, bias = _biased_data(20_000, seed=3)
+    calibrator = VectorScaling(penalties=(1e-6,)).fit(probs, y)
+    assert calibrator.temperature_ == pytest.approx(1.5, rel=0.05)
+    # Biases are defined up to a shared constant (softmax ignores it): compare centred.
+    np.testing.assert_allclose(calibrator.bias_ - calibrator.bias_.mean(), bias - bias.mean(), atol=0.08)
+
+
+@pytest.mark.parametrize("penalty", [1e-3, 1e-1])
+def test_vector_scaling_fit_is_the_minimum_scipy_finds(penalty: float) -> None:
+    from scipy.optimize import minimize
+
+    probs, y, _ = _biased_data(3000, seed=4)
+    log_probs = np.log(probs)
+    inverse_t, bias = fit_vector_scaling(log_probs, y, penalty)
+    mine = vector_scaling_objective(log_probs, y, inverse_t, bias, penalty)
+    scipy = minimize(lambda x: vector_scaling_objective(log_probs, y, x[0], x[1:], penalty),
+                     np.r_[1.0, np.zeros(5)], method="Nelder-Mead",
+                     options={"maxiter": 20_000, "xatol": 1e-8, "fatol": 1e-12}).fun
+    assert mine <= scipy + 1e-9
+
+
+def test_vector_scaling_without_biases_is_temperature_scaling() -> None:
+    probs, y = _tempered_data(1.7, n=3000, seed=5)
+    vector = VectorScaling(penalties=(None,)).fit(probs, y)
+    temperature = TemperatureScaling().fit(probs, y)
+    assert np.all(vector.bias_ == 0.0)
+    assert vector.temperature_ == pytest.approx(temperature.temperature_, rel=1e-6)
+    np.testing.assert_allclose(vector.predict_proba(probs), temperature.predict_proba(probs), atol=1e-7)
+
+
+def test_vector_scaling_keeps_biases_only_where_they_pay_held_out() -> None:
+    biased, y_biased, _ = _biased_data(3000, seed=6)
+    assert VectorScaling().fit(biased, y_biased).penalty_ is not None
+    held_out, y_held, _ = _biased_data(3000, seed=7)
+    vector = VectorScaling().fit(biased, y_biased).predict_proba(held_out)
+    temperature = TemperatureScaling().fit(biased, y_biased).predict_proba(held_out)
+    assert nll(vector, y_held) < nll(temperature, y_held) - 0.02
+    tempered, y_tempered = _tempered_data(1.5, n=3000, seed=8)
+    assert VectorScaling().fit(tempered, y_tempered).penalty_ is None
+
+
+def test_vector_scaling_refuses_backwards_probabilities() -> None:
+    p, y = _binary_data(seed=10)
+    with pytest.raises(ValueError, match="backwards"):
+        VectorScaling(penalties=(None,)).fit(1.0 - p, y)
 
 
 def test_binary_calibrators_refuse_more_than_two_columns() -> None:

@@ -13,6 +13,7 @@ from jev.calibration.calibrators import (
     MultiLabelCalibrator,
     PlattScaling,
     TemperatureScaling,
+    VectorScaling,
     calibrator_from_dict,
     make_calibrator,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "PlattScaling",
     "PredictionSet",
     "TemperatureScaling",
+    "VectorScaling",
     "accuracy",
     "bootstrap_ci",
     "brier",

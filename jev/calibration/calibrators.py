@@ -28,7 +28,9 @@ from jev.calibration.search import golden_section_minimize
 # A head may put exactly 0 on a value; log(0) would make every temperature infinitely wrong.
 _PROB_FLOOR = 1e-12
 
-METHODS = ("temperature", "platt", "isotonic")
+METHODS = ("temperature", "vector", "platt", "isotonic")
+# Methods that calibrate a whole distribution, so they take fields of any number of values.
+DISTRIBUTION_METHODS = ("temperature", "vector")
 KINDS = ("categorical", "bool", "int", "multilabel")
 
 
@@ -154,6 +156,173 @@ def temperature_nll(log_probs: np.ndarray, labels: np.ndarray, temperature: floa
     return float(-scaled[np.arange(labels.shape[0]), labels].mean())
 
 
+# Vector scaling's bias penalties tried by cross-validation; None fixes the biases at zero, which is
+# temperature scaling, so the search can always fall back to one parameter.
+PENALTIES: tuple[float | None, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, None)
+CV_FOLDS = 5
+
+
+class VectorScaling(BaseEstimator):
+    """A temperature and one bias per value: `softmax(log p / T + b)`.
+
+    Guo et al.'s (2017) vector scaling, restricted to a shared temperature: the biases fix a head
+    that favours some values over others, which one temperature cannot (a multi-valued field like a
+    topic, trained on one mix of values). They can change the argmax, so the answer follows the
+    calibrated probabilities. `penalty * |b|^2` keeps the biases small; the penalty is picked from
+    `penalties` by `folds`-fold cross-validated NLL on the calibration rows, the most regularised
+    one within a standard error of the best. `None` (no biases) is a candidate, so a field whose
+    biases do not pay held out stays temperature-scaled. The
+    objective is convex in (1/T, b); Newton's method fits it.
+    """
+
+    name: ClassVar[str] = "vector"
+
+    def __init__(self, penalties: tuple[float | None, ...] = PENALTIES, folds: int = CV_FOLDS) -> None:
+        self.penalties = penalties
+        self.folds = folds
+
+    def fit(self, probs: object, y: object) -> Self:
+        log_probs, _ = TemperatureScaling._log_probs(probs)
+        labels = check_labels(y, log_probs.shape[0], log_probs.shape[1])
+        if not self.penalties or any(p is not None and p <= 0 for p in self.penalties):
+            raise ValueError(f"penalties must be positive numbers or None, got {self.penalties}")
+        if len(self.penalties) == 1:
+            self.penalty_ = self.penalties[0]
+            self.cv_nll_ = []
+        else:
+            held_out = [_held_out_losses(log_probs, labels, p, self.folds) for p in self.penalties]
+            self.cv_nll_ = [float(losses.mean()) for losses in held_out]
+            self.penalty_ = self.penalties[_one_standard_error_pick(self.penalties, held_out)]
+        inverse_t, self.bias_ = fit_vector_scaling(log_probs, labels, self.penalty_)
+        self.temperature_ = 1.0 / inverse_t
+        self.n_classes_ = int(log_probs.shape[1])
+        self.n_samples_ = int(log_probs.shape[0])
+        self.fitted_at_ = _now_iso()
+        return self
+
+    def predict_proba(self, probs: object) -> np.ndarray:
+        check_is_fitted(self)
+        log_probs, one_dimensional = TemperatureScaling._log_probs(probs)
+        if log_probs.shape[1] != self.n_classes_:
+            raise ValueError(f"fitted on {self.n_classes_} values, got {log_probs.shape[1]}")
+        scaled = np.exp(_log_softmax(log_probs / self.temperature_ + self.bias_))
+        return scaled[:, 1] if one_dimensional else scaled
+
+    def to_dict(self) -> dict[str, Any]:
+        check_is_fitted(self)
+        return {
+            "method": self.name,
+            "fitted_at": self.fitted_at_,
+            "n_samples": self.n_samples_,
+            "penalties": list(self.penalties),
+            "folds": int(self.folds),
+            "cv_nll": [float(v) for v in self.cv_nll_],
+            "penalty": self.penalty_,
+            "n_classes": self.n_classes_,
+            "temperature": float(self.temperature_),
+            "bias": self.bias_.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        _check_method(d, cls.name)
+        calibrator = cls(penalties=tuple(d["penalties"]), folds=int(d["folds"]))
+        calibrator.cv_nll_ = [float(v) for v in d["cv_nll"]]
+        calibrator.penalty_ = d["penalty"]
+        calibrator.temperature_ = float(d["temperature"])
+        calibrator.bias_ = np.asarray(d["bias"], dtype=np.float64)
+        calibrator.n_classes_ = int(d["n_classes"])
+        calibrator.n_samples_ = int(d["n_samples"])
+        calibrator.fitted_at_ = str(d["fitted_at"])
+        return calibrator
+
+
+def vector_scaling_objective(
+    log_probs: np.ndarray, labels: np.ndarray, inverse_t: float, bias: np.ndarray, penalty: float | None
+) -> float:
+    """Mean NLL of `softmax(log_probs * inverse_t + bias)` plus `penalty * |bias|^2`."""
+    scaled = _log_softmax(log_probs * inverse_t + bias)
+    loss = float(-scaled[np.arange(labels.shape[0]), labels].mean())
+    return loss + (0.0 if penalty is None else penalty * float(bias @ bias))
+
+
+def fit_vector_scaling(
+    log_probs: np.ndarray, labels: np.ndarray, penalty: float | None, max_iter: int = 100
+) -> tuple[float, np.ndarray]:
+    """`(1/T, b)` minimising `vector_scaling_objective`; `penalty=None` keeps b at zero.
+
+    Damped Newton: the objective is a multinomial logistic loss, linear in its parameters, so the
+    Hessian is `mean(J^T (diag p - p p^T) J)` with `J = [log p | I]`, and a halving line search
+    keeps every step a descent.
+    """
+    n, k = log_probs.shape
+    free = 1 if penalty is None else 1 + k
+    params = np.zeros(1 + k)
+    params[0] = 1.0
+    onehot = np.eye(k)[labels]
+    ridge = 1e-9 if penalty is None else 2.0 * penalty
+
+    def objective(x: np.ndarray) -> float:
+        return vector_scaling_objective(log_probs, labels, x[0], x[1:], penalty)
+
+    current = objective(params)
+    for _ in range(max_iter):
+        p = np.exp(_log_softmax(log_probs * params[0] + params[1:]))
+        residual = p - onehot
+        grad = np.concatenate([[np.mean((residual * log_probs).sum(1))], residual.mean(0) + ridge * params[1:]])
+        weighted = p * log_probs
+        s_logp = weighted - p * weighted.sum(1, keepdims=True)  # (diag p - p p^T) log p, per row
+        hessian = np.empty((1 + k, 1 + k))
+        hessian[0, 0] = np.mean((log_probs * s_logp).sum(1))
+        hessian[0, 1:] = hessian[1:, 0] = s_logp.mean(0)
+        hessian[1:, 1:] = np.diag(p.mean(0)) - p.T @ p / n + ridge * np.eye(k)
+        step = np.linalg.solve(hessian[:free, :free] + 1e-12 * np.eye(free), grad[:free])
+        scale = 1.0
+        while scale > 1e-8:
+            trial = params.copy()
+            trial[:free] -= scale * step
+            value = objective(trial)
+            if value <= current:
+                break
+            scale /= 2
+        else:
+            break
+        converged = current - value < 1e-12
+        params, current = trial, value
+        if converged:
+            break
+    if params[0] <= 0:
+        raise ValueError("the field's probabilities rank its labels backwards: no positive temperature fits")
+    return float(params[0]), params[1:]
+
+
+def _held_out_losses(log_probs: np.ndarray, labels: np.ndarray, penalty: float | None, folds: int) -> np.ndarray:
+    """Each row's NLL under vector scaling at `penalty` fitted without its fold (a fixed shuffle)."""
+    losses = np.empty(labels.shape[0])
+    order = np.random.default_rng(0).permutation(labels.shape[0])
+    for held in np.array_split(order, folds):
+        kept = np.setdiff1d(order, held)
+        inverse_t, bias = fit_vector_scaling(log_probs[kept], labels[kept], penalty)
+        scaled = _log_softmax(log_probs[held] * inverse_t + bias)
+        losses[held] = -scaled[np.arange(held.shape[0]), labels[held]]
+    return losses
+
+
+def _one_standard_error_pick(penalties: tuple[float | None, ...], held_out: list[np.ndarray]) -> int:
+    """The most regularised penalty whose held-out NLL is within one standard error of the best's.
+
+    Standard errors of the paired per-row differences: a bias that does not beat fewer parameters
+    by more than the noise of a calibration split is not kept (None counts as the largest penalty).
+    """
+    best = int(np.argmin([losses.mean() for losses in held_out]))
+    order = sorted(range(len(penalties)), key=lambda i: -math.inf if penalties[i] is None else -penalties[i])
+    for i in order:
+        difference = held_out[i] - held_out[best]
+        if difference.mean() <= difference.std() / math.sqrt(difference.shape[0]):
+            return i
+    return best
+
+
 class PlattScaling(BaseEstimator):
     """Logistic regression on the logit of p: `sigmoid(coef * logit(p) + intercept)`.
 
@@ -259,8 +428,9 @@ class IsotonicCalibration(BaseEstimator):
         return calibrator
 
 
-_BINARY_CALIBRATORS: dict[str, type[TemperatureScaling | PlattScaling | IsotonicCalibration]] = {
+_BINARY_CALIBRATORS: dict[str, type[TemperatureScaling | VectorScaling | PlattScaling | IsotonicCalibration]] = {
     "temperature": TemperatureScaling,
+    "vector": VectorScaling,
     "platt": PlattScaling,
     "isotonic": IsotonicCalibration,
 }
@@ -319,7 +489,7 @@ class MultiLabelCalibrator(BaseEstimator):
         return calibrator
 
 
-Calibrator = TemperatureScaling | PlattScaling | IsotonicCalibration | MultiLabelCalibrator
+Calibrator = TemperatureScaling | VectorScaling | PlattScaling | IsotonicCalibration | MultiLabelCalibrator
 
 
 def make_calibrator(method: str, kind: str, n_values: int | None = None) -> Calibrator:
@@ -327,6 +497,7 @@ def make_calibrator(method: str, kind: str, n_values: int | None = None) -> Cali
 
     `n_values` is the number of values of a categorical / int field: Platt and isotonic calibrate
     one probability, so they are accepted there only when the field has exactly two values.
+    Temperature and vector scaling calibrate a whole distribution, so they take any field.
     """
     if method not in METHODS:
         raise ValueError(f"unknown calibration method {method!r}; use one of {METHODS}")
@@ -334,11 +505,11 @@ def make_calibrator(method: str, kind: str, n_values: int | None = None) -> Cali
         raise ValueError(f"unknown field kind {kind!r}; use one of {KINDS}")
     if kind == "multilabel":
         return MultiLabelCalibrator(method=method)
-    if kind in ("categorical", "int") and method != "temperature" and n_values != 2:
+    if kind in ("categorical", "int") and method not in DISTRIBUTION_METHODS and n_values != 2:
         values = "an unknown number of" if n_values is None else str(n_values)
         raise ValueError(
             f"{method!r} calibrates one probability, but this {kind} field has {values} values; "
-            f"use 'temperature' (or pass n_values=2 for a two-valued field)"
+            f"use 'temperature' or 'vector' (or pass n_values=2 for a two-valued field)"
         )
     return _BINARY_CALIBRATORS[method]()
 

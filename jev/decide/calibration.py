@@ -2,8 +2,10 @@
 
 Fitted by `jev calibrate` on the calibration split (which the model never trained on), stored in
 `jev.json` as plain numbers, and applied by the `Decider` to every decision's raw head
-probabilities. `--method` picks the calibrator of binary and multi-label fields; fields with more
-than two values always use temperature scaling, the one method that keeps their argmax.
+probabilities. `--method` picks the calibrator. Fields with more than two values take it when it
+calibrates a whole distribution (`vector`: a temperature and a bias per value, which can move the
+argmax), and temperature scaling, which keeps the argmax, for the one-probability methods (Platt,
+isotonic).
 """
 
 from collections.abc import Sequence
@@ -21,12 +23,11 @@ from jev.calibration import (
     nll,
     threshold_for_precision,
 )
-from jev.calibration.calibrators import Calibrator
+from jev.calibration.calibrators import METHODS, Calibrator
 from jev.decide.kinds import kind_of
 from jev.schema import FieldSpec, Task
 
 DEFAULT_COVERAGE = 0.9
-METHODS = ("temperature", "platt", "isotonic")
 
 
 @dataclass

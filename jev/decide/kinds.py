@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from jev.calibration.calibrators import DISTRIBUTION_METHODS
 from jev.schema import FieldSpec
 
 
@@ -51,8 +52,10 @@ class ClosedKind:
         return max(table.values())
 
     def calibration_method(self, n_values: int, method: str) -> str:
-        """`method` where the field calibrates one probability at a time, else temperature."""
-        return method if self.multilabel or n_values == 2 else "temperature"
+        """`method` where it fits the field: any method for one probability at a time (binary and
+        multi-label fields), else a method over whole distributions (temperature for the others)."""
+        fits = self.multilabel or n_values == 2 or method in DISTRIBUTION_METHODS
+        return method if fits else "temperature"
 
 
 ONE_OF = ClosedKind(multilabel=False)

@@ -27,8 +27,9 @@ def _add_calibrate(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--task", required=True, help="the task's name in the model, e.g. mail")
     parser.add_argument("--data", type=Path, required=True, help="held-out JSONL rows (the calibration split)")
     parser.add_argument("--method", choices=METHODS, default="temperature",
-                        help="calibrator for binary and multi-label fields; the others always use temperature "
-                        "(default: %(default)s)")
+                        help="calibrator: temperature and vector (temperature plus a bias per value) fit every "
+                        "field; platt and isotonic fit binary and multi-label fields, the others then use "
+                        "temperature (default: %(default)s)")
     parser.add_argument("--target-precision", type=float, default=None,
                         help="also report the abstain threshold reaching this precision and the coverage it leaves "
                         "(default: not reported)")
