@@ -24,9 +24,7 @@ def causal_key_mask(q_positions: torch.Tensor, n_keys: int) -> torch.Tensor:
 def _softmax_rows(scores: torch.Tensor, visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Masked softmax over the last axis; rows with no visible key give p = 0 and lse = -inf."""
     scores = scores.masked_fill(~visible, NEG_INF)
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.exp(scores - lse.unsqueeze(-1).clamp(min=torch.finfo(scores.dtype).min))
-    return probs.nan_to_num(0.0), lse
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0), torch.logsumexp(scores, dim=-1)
 
 
 def mla_decode(
@@ -42,13 +40,14 @@ def mla_decode(
     kv_cache: `[B, L, d_c + d_r]`, q_positions: `[B, T]` int.
     Returns the output in latent space `[B, T, H, d_c]` and the log-sum-exp `[B, T, H]`.
     """
-    d_c = q_latent.shape[-1]
-    latent, rope_key = kv_cache[..., :d_c], kv_cache[..., d_c:]
-    scores = torch.einsum("bthc,blc->bthl", q_latent, latent)
-    scores = scores + torch.einsum("bthr,blr->bthl", q_rope, rope_key)
+    size, length, heads, d_c = q_latent.shape
+    # One product scores both parts: [q_latent ‖ q_rope] . [latent ‖ rope key], every head as a row.
+    query = torch.cat((q_latent, q_rope), dim=-1).view(size, length * heads, -1)
+    scores = torch.matmul(query, kv_cache.transpose(1, 2)).view(size, length, heads, -1)
     visible = causal_key_mask(q_positions, kv_cache.shape[1]).unsqueeze(2)
     probs, lse = _softmax_rows(scores * scale, visible)
-    return torch.einsum("bthl,blc->bthc", probs, latent), lse
+    out = torch.matmul(probs.view(size, length * heads, -1), kv_cache[..., :d_c])
+    return out.view(size, length, heads, d_c), lse
 
 
 def indexer_logits(

@@ -32,6 +32,8 @@ class LatentCache:
         )
         self.index_keys = torch.zeros(layers, batch_size, max_len, config.index_head_dim, dtype=dtype, device=device)
         self.lengths = torch.zeros(batch_size, dtype=torch.int64, device=device)
+        self._written_positions: torch.Tensor | None = None
+        self._slots: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -48,8 +50,11 @@ class LatentCache:
 
     def write(self, layer: int, positions: torch.Tensor, latent: torch.Tensor, index_key: torch.Tensor) -> None:
         """Store the new tokens' `latent [B, T, d_c + d_r]` and `index_key [B, T, d_I]` at their positions."""
-        batch, token = torch.nonzero(positions >= 0, as_tuple=True)
-        slots = positions[batch, token]
+        if positions is not self._written_positions:
+            # Every layer of a pass writes at the same positions: find the slots once per pass.
+            batch, token = torch.nonzero(positions >= 0, as_tuple=True)
+            self._written_positions, self._slots = positions, (batch, token, positions[batch, token])
+        batch, token, slots = self._slots
         self.latent[layer, batch, slots] = latent[batch, token].to(self.latent.dtype)
         self.index_keys[layer, batch, slots] = index_key[batch, token].to(self.index_keys.dtype)
 
@@ -79,4 +84,5 @@ class LatentCache:
         copy.latent = self.latent[:, index]
         copy.index_keys = self.index_keys[:, index]
         copy.lengths = self.lengths[index].clone()
+        copy._written_positions, copy._slots = None, None
         return copy

@@ -123,11 +123,11 @@ class MLA(nn.Module):
 
     def absorb_query(self, q_nope: torch.Tensor) -> torch.Tensor:
         """`q_nope [B, T, H, d_nope]` -> `W_UK^T q_nope [B, T, H, d_c]`: a query against raw latents."""
-        return torch.einsum("bthn,hnc->bthc", q_nope, self._up_projection()[0])
+        return torch.matmul(q_nope.transpose(1, 2), self._up_projection()[0]).transpose(1, 2)
 
     def expand_output(self, out_latent: torch.Tensor) -> torch.Tensor:
         """`[B, T, H, d_c]` -> `W_UV o [B, T, H, d_v]`: attention over latents, projected to values."""
-        return torch.einsum("bthc,hvc->bthv", out_latent, self._up_projection()[1])
+        return torch.matmul(out_latent.transpose(1, 2), self._up_projection()[1].transpose(1, 2)).transpose(1, 2)
 
     def expanded_attention(
         self,

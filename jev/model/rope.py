@@ -81,10 +81,15 @@ class RotaryEmbedding(nn.Module):
 
 
 def rotate_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate adjacent pairs of `x [B, T, ..., d]` by the angles of `cos/sin [B, T, d / 2]`."""
-    cos, sin = _broadcast(cos, x), _broadcast(sin, x)
-    even, odd = x[..., 0::2], x[..., 1::2]
-    return torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).flatten(-2)
+    """Rotate adjacent pairs of `x [B, T, ..., d]` by the angles of `cos/sin [B, T, d / 2]`.
+
+    Each pair is a complex number times `cos + i sin`: the same products as the real formula, in a
+    few ops instead of a dozen (a decode step rotates twice per layer). The result has the dtype
+    the real formula's products would (`x`'s promoted with the table's)."""
+    dtype = torch.promote_types(x.dtype, cos.dtype)
+    pairs = torch.view_as_complex(x.to(torch.float32).unflatten(-1, (-1, 2)).contiguous())
+    turn = _broadcast(torch.complex(cos.to(torch.float32), sin.to(torch.float32)), x)
+    return torch.view_as_real(pairs * turn).flatten(-2).to(dtype)
 
 
 def rotate_half_split(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
