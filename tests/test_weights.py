@@ -1,6 +1,7 @@
 """Half-size weights (`jev.model.weights`, fp16, bf16 and mixed): which products change, a product
 against its rounded weights in float64, that a row's result never depends on its batch, that mixed
-takes bf16's products in fresh passes and fp16's when extending a cache, the whole model and its
+takes bf16's products in fresh passes and fp16's when extending a cache (int4's for a weight on a
+4-bit grid, found exactly), the whole model and its
 cache against float32, greedy speculative decoding on them against plain, a decider folder and
 `jev decide` on them, what `auto` picks, and the refusals."""
 
@@ -16,11 +17,42 @@ from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.loop import generate
 from jev.generate.profiles import machine_key
 from jev.model.precision import native_bfloat16
-from jev.model.weights import LARGE_LINEARS, STORED, WeightsError, auto_weights, store_weights
+from jev.model.weights import (
+    LARGE_LINEARS,
+    STORED,
+    Fp16Linear,
+    Int4Linear,
+    WeightsError,
+    auto_weights,
+    int4_grid,
+    store_weights,
+)
 from tests.serving import TASKS, tiny_decider
 from tests.tiny import random_model, tiny_config
 
 HALF = ["fp16", "bf16", "mixed"]
+MLPS = ("gate_proj", "up_proj", "down_proj")
+
+
+def on_grid(linear: nn.Linear, seed: int = 0) -> nn.Linear:
+    """The linear with its weight moved onto a 4-bit grid per 32 inputs, as Q4_1 dequantizes: a scale
+    and an offset per block, the block's minimum and maximum among its values."""
+    generator = torch.Generator().manual_seed(seed)
+    rows, inputs = linear.weight.shape
+    codes = torch.randint(0, 16, (rows, inputs // 32, 32), generator=generator)
+    codes[..., 0], codes[..., 1] = 0, 15
+    scale = torch.rand(rows, inputs // 32, 1, generator=generator) * 0.05 + 0.01
+    low = -torch.rand(rows, inputs // 32, 1, generator=generator) * 0.4
+    with torch.no_grad():
+        linear.weight.copy_((low + codes * scale).view(rows, inputs))
+    return linear
+
+
+def with_mlps_on_grid(model):
+    for layer in model.backbone.layers:
+        for name in MLPS:
+            on_grid(getattr(layer.mlp, name), seed=len(name))
+    return model
 SINGLE = ["fp16", "bf16"]
 AUTO = "mixed" if native_bfloat16() else "fp16"  # this x86 torch has fbgemm
 
@@ -59,14 +91,61 @@ def test_a_bfloat16_product_is_its_rounded_operands_multiplied_exactly():
     torch.testing.assert_close(got.double(), exact, atol=2e-2, rtol=1e-2)
 
 
-@pytest.mark.parametrize("weights", SINGLE)
-def test_a_row_does_not_depend_on_its_batch(weights):
-    product = STORED[weights](nn.Linear(576, 1536, bias=False))
-    x = torch.randn(37, 576)
+def test_a_weight_on_a_4_bit_grid_gives_back_its_codes_and_others_none():
+    linear = on_grid(nn.Linear(96, 48, bias=False))
+    codes, scale, low = int4_grid(linear.weight)
+    assert codes.shape == (48, 96) and scale.shape == low.shape == (48, 3)
+    assert int(codes.min()) == 0 and int(codes.max()) == 15
+    rebuilt = low.repeat_interleave(32, 1) + codes * scale.repeat_interleave(32, 1)
+    torch.testing.assert_close(rebuilt, linear.weight.detach(), atol=1e-6, rtol=0)
+    assert int4_grid(nn.Linear(96, 48, bias=False).weight) is None  # off any grid
+    assert int4_grid(on_grid(nn.Linear(96, 40, bias=False)).weight) is None  # rows not packable in 16s
+    nudged = linear.weight.detach().clone()
+    nudged[3, 7] += 0.3 * scale[3, 0]
+    assert int4_grid(nudged) is None
+
+
+def test_an_int4_product_is_its_codes_with_bfloat16_scales_on_bfloat16_inputs():
+    linear = on_grid(nn.Linear(96, 48, bias=False))
+    codes, scale, low = int4_grid(linear.weight)
+    x = torch.randn(3, 5, 96)
+    scale, zero = scale.bfloat16().double(), (low + 8 * scale).bfloat16().double()
+    weight = (codes.double() - 8) * scale.repeat_interleave(32, 1) + zero.repeat_interleave(32, 1)
+    exact = x.bfloat16().double() @ weight.T
+    got = Int4Linear(int4_grid(linear.weight))(x)
+    assert got.shape == (3, 5, 48) and got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), exact, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("weights", ["fp16", "int4"])
+@pytest.mark.parametrize(("rows", "inputs"), [(1536, 576), (576, 1536), (160, 576)])
+def test_a_row_does_not_depend_on_its_batch(weights, rows, inputs):
+    generator = torch.Generator().manual_seed(rows + inputs)
+    linear = nn.Linear(inputs, rows, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(rows, inputs, generator=generator) * 0.05)
+    product = Int4Linear(int4_grid(on_grid(linear).weight)) if weights == "int4" else STORED[weights](linear)
+    x = torch.randn(70, inputs, generator=generator)
     x[3] *= 1000  # an outlier row, as the bos token's states are
     together = product(x)
-    for rows in (slice(0, 1), slice(3, 4), slice(5, 13), slice(0, 33)):
-        assert torch.equal(product(x[rows]), together[rows]), rows
+    for part in (slice(0, 1), slice(3, 4), slice(5, 13), slice(0, 33), slice(10, 70)):
+        assert torch.equal(product(x[part]), together[part]), part
+
+
+def test_a_bfloat16_row_depends_on_its_batch_only_through_the_block_size_and_by_a_rounding():
+    generator = torch.Generator().manual_seed(0)
+    linear = nn.Linear(1536, 576, bias=False)  # a shape whose kernel oneDNN picks by the row count
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(576, 1536, generator=generator) * 0.05)
+    product = STORED["bf16"](linear)
+    x = torch.randn(48, 1536, generator=generator)
+    alone = product(x[:1])
+    for offset in (0, 7, 15):  # in a block of 16 rows, wherever it sits and whatever its neighbours
+        block = torch.randn(16, 1536, generator=generator)
+        block[offset] = x[0]
+        assert torch.equal(product(block)[offset], product(x[:16])[0])
+    # blocks of other sizes may round the sum differently: at most a step of bfloat16 apart
+    torch.testing.assert_close(product(x)[:1], alone, rtol=2**-7, atol=1e-6)
 
 
 def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypatch):
@@ -184,9 +263,21 @@ def test_jev_decide_runs_on_half_size_weights_unless_told_otherwise(tmp_path, ca
     assert answer["model"]["model_id"] == Decider.load(tmp_path / "model").model_id + suffix
 
 
-@pytest.mark.parametrize("weights", HALF)
+def test_mixed_extends_a_cache_through_int4_exactly_where_a_weight_is_on_a_4_bit_grid():
+    model = with_mlps_on_grid(random_model(tiny_config(), seed=0))
+    store_weights(model, "mixed")
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] in LARGE_LINEARS:
+            expected = Int4Linear if name.rsplit(".", 1)[-1] in MLPS else Fp16Linear
+            assert type(module.extending) is expected, name
+
+
+@pytest.mark.parametrize("weights", [*HALF, "mixed, MLPs on a 4-bit grid"])
 def test_greedy_speculative_decoding_on_half_size_weights_equals_plain(one_thread, weights):
     target = random_model(tiny_config(), seed=0)
+    if weights.endswith("grid"):
+        weights = "mixed"
+        with_mlps_on_grid(target)
     store_weights(target, weights)
     drafter = AutoregressiveDrafter(random_model(tiny_config(num_hidden_layers=1), seed=1))
     prompts = [[(7 * i + 3 * j) % 97 for j in range(1 + (5 * i) % 11)] for i in range(8)]

@@ -11,11 +11,18 @@ matrix products themselves. Three stored forms halve float32's bytes per product
   moves about ten times as far (`docs/benchmarks.md`); elsewhere bfloat16 is emulated and slow.
 - `mixed`: both, so each pass takes the form that is fast for it: passes over fresh sequences
   (decisions, prompts) multiply in bfloat16, passes that extend a cache (decoding, verifying drafts)
-  in fp16. The weights take float32's bytes in all.
+  in fp16. A weight that lies on a 4-bit grid per 32 inputs, as the base's Q4_1 blocks do (every
+  MLP of the shipped model: conversion and fine-tuning leave them alone), extends a cache through
+  torch's int4 weight-only kernel instead, on those same 4-bit codes: a quarter of fp16's bytes,
+  with the activations, scales and offsets rounded to bfloat16.
 
-Each form keeps each row's result a function of its own input row only, so a decision never depends
-on what else is in its batch; `mixed` picks the form by the kind of pass, never by its shape, so a
-verified block scores each position as plain decoding does (the speculative path stays lossless).
+fp16 and int4 keep each row's result a function of its own input row only. bf16 does too within one
+block size, but oneDNN picks its kernel by the row count, and a row multiplied in blocks of another
+size can come out one bfloat16 step apart: a decision's probabilities can move at that level with
+what else is in its batch. `mixed` picks the form by the kind of pass, never by its shape, and
+extends caches only through the row-invariant forms, so a verified block scores each position as
+plain decoding does (the speculative path stays lossless, as on fp16; on bf16 a verified block and
+a plain step may part at such a near-tie).
 `auto` takes `mixed` where fbgemm runs and the CPU has native bfloat16, fp16 where only fbgemm
 runs (x86), else float32. What each moves is measured on test decisions (`benchmarks/weights.py`).
 
@@ -90,6 +97,49 @@ class Bf16Linear(nn.Module):
         return out.view(*x.shape[:-1], -1).to(x.dtype)
 
 
+# Q4_1's block: 32 inputs share a scale and an offset. torch's int4 kernel packs output rows in 16s.
+INT4_GROUP = 32
+INT4_ROWS = 16
+
+
+def int4_grid(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """`(codes, scale, low)` when every weight is `low + code * scale` with `code` in 0..15 per group of
+    INT4_GROUP inputs (`[N, K]` int32 codes, `[N, K / INT4_GROUP]` scales and lows), else None.
+
+    Q4_1 stores a block's minimum as its offset and (max - min) / 15 as its scale, so a dequantized
+    block's own minimum and maximum give both back, and the codes round exactly."""
+    rows, inputs = weight.shape
+    if inputs % INT4_GROUP or rows % INT4_ROWS:
+        return None
+    groups = weight.detach().double().view(rows, inputs // INT4_GROUP, INT4_GROUP)
+    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+    scale = (high - low) / 15
+    codes = torch.where(scale > 0, (groups - low) / scale.clamp(min=1e-300), 0).round().clamp(0, 15)
+    if not bool(((low + codes * scale - groups).abs() <= 1e-3 * scale).all()):
+        return None
+    return codes.view(rows, inputs).int(), scale.squeeze(-1).float(), low.squeeze(-1).float()
+
+
+class Int4Linear(nn.Module):
+    """`x W^T` for a W on a 4-bit grid (`int4_grid`'s codes, scales and lows), multiplied by torch's
+    int4 weight-only kernel.
+
+    The kernel reads a weight as `(code - 8) * scale + zero` per group, with bfloat16 activations,
+    scales and zeros; the result returns in `x`'s dtype."""
+
+    def __init__(self, grid: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+        super().__init__()
+        codes, scale, low = grid
+        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1))
+        zero = low + 8 * scale
+        self.register_buffer("scale_and_zero", torch.stack((scale.T, zero.T), -1).contiguous().to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, self.scale_and_zero)
+        return out.view(*x.shape[:-1], -1).to(x.dtype)
+
+
 class PassKind:
     """Whether the pass now running is over fresh sequences, as the model's decoder layers report it.
 
@@ -104,14 +154,16 @@ class PassKind:
 
 
 class MixedLinear(nn.Module):
-    """`x W^T` in bfloat16 within a pass over fresh sequences, through fbgemm's float16 otherwise.
+    """`x W^T` in bfloat16 within a pass over fresh sequences, otherwise through fbgemm's float16, or
+    the int4 kernel for a weight on a 4-bit grid.
 
     The LM head runs after the last layer, so it takes the form of the pass it ends."""
 
     def __init__(self, linear: nn.Linear, kind: PassKind) -> None:
         super().__init__()
         self.fresh = Bf16Linear(linear)
-        self.extending = Fp16Linear(linear)
+        grid = int4_grid(linear.weight)
+        self.extending = Fp16Linear(linear) if grid is None else Int4Linear(grid)
         self.kind = kind
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
