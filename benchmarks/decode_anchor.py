@@ -34,17 +34,25 @@ from jev.model import Model
 ANCHOR = "llama.cpp, Q4_1 GGUF"  # timed when llama-cpp-python is installed
 
 
-def jev_rate(model: Model, prompt: list[int], new: int, drafter: Drafter | None, draft_len: int) -> float:
-    """Tokens/s of `generate` after the prompt is prefilled (the prefill is not timed)."""
+def jev_rate(
+    model: Model, prompt: list[int], new: int, drafter: Drafter | None, draft_len: int
+) -> tuple[float, list[int]]:
+    """Tokens/s of `generate` after the prompt is prefilled (the prefill is not timed), and the tokens."""
     with torch.inference_mode():
         state = TargetState.prefill(model, [prompt], len(prompt) + new + draft_len + 2)
         started = time.perf_counter()
         out = generate(model, [prompt], new, temperature=0.0, drafter=drafter, draft_len=draft_len, state=state)
-    return len(out.tokens[0]) / (time.perf_counter() - started)
+    return len(out.tokens[0]) / (time.perf_counter() - started), out.tokens[0]
 
 
-def llama_cpp_rate(prompt: list[int], new: int) -> float:
-    """Tokens/s of llama.cpp's greedy decode after `prompt` is evaluated."""
+def agreeing(tokens: list[int], reference: list[int]) -> int:
+    """How many leading tokens equal the reference's, up to the first difference."""
+    return next((i for i, (a, b) in enumerate(zip(tokens, reference, strict=False)) if a != b),
+                min(len(tokens), len(reference)))
+
+
+def llama_cpp_rate(prompt: list[int], new: int) -> tuple[float, None]:
+    """Tokens/s of llama.cpp's greedy decode after `prompt` is evaluated (its tokens are another model's)."""
     from llama_cpp import Llama
 
     llm = Llama(str(smollm2_gguf()), n_ctx=len(prompt) + new + 8, n_threads=torch.get_num_threads(), verbose=False)
@@ -54,7 +62,7 @@ def llama_cpp_rate(prompt: list[int], new: int) -> float:
     for _ in range(new):
         token = llm.sample(top_k=1, temp=0.0)
         llm.eval([token])
-    return new / (time.perf_counter() - started)
+    return new / (time.perf_counter() - started), None
 
 
 def main() -> None:
@@ -82,26 +90,39 @@ def main() -> None:
         )
     if importlib.util.find_spec("llama_cpp") is not None:
         runs[ANCHOR] = lambda p: llama_cpp_rate(p, args.new_tokens)
-    rates = {}
+    rates, texts = {}, {}
     for name, rate in runs.items():
         rate(prompts[0])  # warm-up: first-call allocations
-        rates[name] = statistics.median(rate(p) for p in prompts)
+        results = [rate(p) for p in prompts]
+        rates[name] = statistics.median(r for r, _ in results)
+        texts[name] = [tokens for _, tokens in results]
         print(name, f"{rates[name]:.1f} tok/s", flush=True)
     anchor = rates.get(ANCHOR)
+    reference = texts.get("Jev, plain, float32 weights")
+
+    def agreement(name: str) -> str:
+        if reference is None or texts[name][0] is None:
+            return "-"
+        shared = sum(agreeing(t, r) for t, r in zip(texts[name], reference, strict=True))
+        return f"{shared}/{sum(len(r) for r in reference)}"
+
     lines = [
         f"Greedy decode of {args.new_tokens} tokens after each of {args.prompts} test mails' subject prompts "
-        "(median over prompts; prompt reading not timed), batch 1.",
+        "(median over prompts; prompt reading not timed), batch 1. Agreement: the tokens equal to float32 "
+        "weights' greedy text, up to each prompt's first difference.",
         "",
-        "| decoder | tok/s | against llama.cpp |",
-        "|---|---|---|",
-        *(f"| {name} | {rate:.1f} | {f'{rate / anchor:.2f}x' if anchor else '-'} |" for name, rate in rates.items()),
+        "| decoder | tok/s | against llama.cpp | agreement with float32 |",
+        "|---|---|---|---|",
+        *(f"| {name} | {rate:.1f} | {f'{rate / anchor:.2f}x' if anchor else '-'} | {agreement(name)} |"
+          for name, rate in rates.items()),
     ]
     markdown = "\n".join(lines)
     print(markdown)
     if not args.no_write:
         from benchmarks.report import write_results
 
-        write_results("decode_anchor", {"tokens_per_second": rates}, markdown)
+        raw = {"tokens_per_second": rates, "agreement": {name: agreement(name) for name in rates}}
+        write_results("decode_anchor", raw, markdown)
 
 
 if __name__ == "__main__":
