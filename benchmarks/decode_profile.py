@@ -37,7 +37,7 @@ def main() -> None:
 
     with torch.inference_mode():
         jev_rate(model, prompt, args.new_tokens, None, 0)  # warm-up
-        step_ms = 1000 / jev_rate(model, prompt, args.new_tokens, None, 0)
+        step_ms = 1000 / jev_rate(model, prompt, args.new_tokens, None, 0)[0]
         state = TargetState.prefill(model, [prompt], len(prompt) + args.new_tokens + 2)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             steps = len(generate(model, [prompt], args.new_tokens, temperature=0.0, state=state).tokens[0])

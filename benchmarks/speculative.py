@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import write_results
+from jev.command import add_weights_option
 from jev.decide.decider import Decider
 from jev.generate.drafters import Drafter, drafter_kind, load_drafter
 from jev.generate.loop import generate
 from jev.generate.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
 from jev.model import Model
+from jev.model.weights import store_weights
 from jev.tokenizer import load_tokenizer
 
 WARM_UP = 32
@@ -123,16 +125,18 @@ def main() -> None:
     parser.add_argument("--draft-lens", type=int, nargs="+", default=[1, 2, 3, 4, 5, 7])
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--prompts", choices=("body", "subject"), default="body")
+    add_weights_option(parser)
     parser.add_argument("--name", default="speculative", help="the results file and docs section to write")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
 
     if args.prompts == "subject":
-        decider = Decider.load(args.target, check_policies=False, speculative=False)
+        decider = Decider.load(args.target, check_policies=False, speculative=False, weights=args.weights)
         target = decider.model
         prompts, stop = subject_prompts(decider, args.data, max(args.batches) + WARM_UP)
     else:
         target = Model.from_pretrained(args.target).eval()
+        store_weights(target, args.weights)
         tokenizer, count = load_tokenizer(args.target), max(args.batches) + WARM_UP
         prompts = mail_prompts(args.data, tokenizer, target.config.bos_token_id, count, args.prompt_tokens)
         stop = frozenset()
@@ -172,7 +176,8 @@ def main() -> None:
                 f"| {cond} | {_fmt(r.get('drafter_cost_c'))} | {r['verified_per_round']:.2f} |"
             )
     markdown = (
-        f"Drafter: {settings['drafter_kind']}. tau counts the bonus/correction token (plain decoding = 1.00). "
+        f"Drafter: {settings['drafter_kind']}; target weights: {target.weights}. "
+        "tau counts the bonus/correction token (plain decoding = 1.00). "
         f"Prompts: held-out mail ({args.prompts}), T={args.temperature}.\n\n"
         "| batch | policy | tok/s | speedup | tau | tau iid | accept rate | conditional acceptance by position "
         "| c | verified/round |\n|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)

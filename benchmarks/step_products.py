@@ -2,17 +2,17 @@
 
 A decode step multiplies one row by every large weight matrix once (`jev.model.weights.large_linears`:
 each layer's q, kv-down, output and MLP projections, then the LM head), so on a CPU its floor is
-streaming those weights. This times that sweep alone over the model's own matrices, stored three
-ways: float32 (`F.linear`), float16 (fbgemm, what `--weights fp16` serves) and 4-bit groups of 32
-(torch's CPU int4 weight-only kernel, the format nearest llama.cpp's Q4_1). Beside it, the whole
-plain step of the same model, float32 and fp16, as `benchmarks/decode_anchor.py` times it: what
-is not the products is the step's other work (attention, norms, RoPE, cache writes, sampling).
+streaming those weights. This times that sweep alone over the model's own matrices, in the forms a
+decode step reads them: float32 (`F.linear`), fp16 (fbgemm, `--weights fp16`) and mixed (what
+`--weights mixed` extends a cache with: torch's int4 kernel for the weights on a 4-bit grid, the
+base's Q4_1 MLPs, and fp16 for the rest). Beside it, the whole plain step of the same model in each
+form, as `benchmarks/decode_anchor.py` times it: what is not the products is the step's other work
+(attention, norms, RoPE, cache writes, sampling).
 
     python -m benchmarks.step_products --model models/default
 """
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -23,40 +23,25 @@ from benchmarks.decode_anchor import jev_rate
 from benchmarks.report import median_time
 from benchmarks.speculative import subject_prompts
 from jev.decide.decider import Decider
-from jev.model.weights import large_linears, store_weights
+from jev.model.weights import Fp16Linear, Int4Linear, int4_grid, large_linears
 
-INT4_GROUP = 32
-
-
-def step_matrices(model: nn.Module) -> list[torch.Tensor]:
-    """The weights a decode step multiplies by, in the order it does."""
-    return [module.weight.detach() for _, module in large_linears(model)]
+FORMATS = ("float32", "fp16", "mixed")
 
 
-def int4_product(weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`x W^T` with W in asymmetric 4-bit groups of INT4_GROUP along its input dimension."""
-    out_dim, in_dim = weight.shape
-    groups = weight.float().view(out_dim, in_dim // INT4_GROUP, INT4_GROUP)
-    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
-    scale = ((high - low) / 15).clamp(min=1e-8)
-    codes = ((groups - low) / scale).round().clamp(0, 15).to(torch.int32).view(out_dim, in_dim)
-    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
-    # torch's convention: w = (code - 8) * scale + zero
-    scales_and_zeros = torch.stack((scale.view(out_dim, -1), (low + 8 * scale).view(out_dim, -1)), -1)
-    scales_and_zeros = scales_and_zeros.transpose(0, 1).contiguous()
-    return lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, INT4_GROUP, scales_and_zeros)
+def step_linears(model: nn.Module) -> list[nn.Linear]:
+    """The float32 linears a decode step multiplies by, in the order it does."""
+    return [module for _, module in large_linears(model)]
 
 
-def products(matrices: list[torch.Tensor], fmt: str) -> tuple[list[Callable[[torch.Tensor], torch.Tensor]], int]:
-    """One callable per matrix in format `fmt`, and the bytes they stream."""
+def product(linear: nn.Linear, fmt: str) -> tuple[nn.Module, int]:
+    """`linear` in the form `fmt` reads it when extending a cache, and the bytes it streams."""
     if fmt == "float32":
-        return [lambda x, w=w: F.linear(x, w) for w in matrices], sum(4 * w.numel() for w in matrices)
-    if fmt == "fp16":
-        packs = [torch.ops.quantized.linear_prepack_fp16(w.float(), None) for w in matrices]
-        calls = [lambda x, p=p: torch.ops.quantized.linear_dynamic_fp16(x, p) for p in packs]
-        return calls, sum(2 * w.numel() for w in matrices)
-    calls = [int4_product(w) for w in matrices]
-    return calls, sum(w.numel() // 2 + 8 * w.numel() // INT4_GROUP for w in matrices)  # codes, float32 scale and zero
+        return (lambda x: F.linear(x, linear.weight)), 4 * linear.weight.numel()
+    grid = int4_grid(linear.weight) if fmt == "mixed" else None
+    if grid is None:
+        return Fp16Linear(linear), 2 * linear.weight.numel()
+    rows = linear.weight.shape[0]
+    return Int4Linear(grid), linear.weight.numel() // 2 + 4 * rows * grid[1].shape[1]  # codes, bf16 scale and zero
 
 
 def main() -> None:
@@ -68,27 +53,25 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
-    decider = Decider.load(args.model, check_policies=False, speculative=False)
+    decider = Decider.load(args.model, check_policies=False, speculative=False, weights="float32")
     model = decider.model
     prompt = subject_prompts(decider, args.data, 1)[0][0]
-    matrices = step_matrices(model)
-    inputs = [torch.randn(1, w.shape[1]) for w in matrices]
-    rows: dict[str, dict[str, float | None]] = {}
+    linears = step_linears(model)
+    inputs = [torch.randn(1, linear.weight.shape[1]) for linear in linears]
+    rows: dict[str, dict[str, float]] = {}
     with torch.inference_mode():
-        for fmt in ("float32", "fp16", "int4"):
-            calls, size = products(matrices, fmt)
-            sweep = [(call, x) for call, x in zip(calls, inputs, strict=True)]
+        for fmt in FORMATS:
+            calls, sizes = zip(*(product(linear, fmt) for linear in linears), strict=True)
+            sweep = list(zip(calls, inputs, strict=True))
             seconds = median_time(lambda sweep=sweep: [call(x) for call, x in sweep], args.repeats)
-            rows[fmt] = {"megabytes": size / 1e6, "products_ms": 1000 * seconds, "step_ms": None}
-            print(fmt, rows[fmt], flush=True)
-        for fmt in ("float32", "fp16"):
-            store_weights(model, fmt)
-            jev_rate(model, prompt, 4, None, 0)  # warm-up
-            rows[fmt]["step_ms"] = 1000 / jev_rate(model, prompt, args.new_tokens, None, 0)
+            served = Decider.load(args.model, check_policies=False, speculative=False, weights=fmt).model
+            jev_rate(served, prompt, 4, None, 0)  # warm-up
+            step_ms = 1000 / jev_rate(served, prompt, args.new_tokens, None, 0)[0]
+            rows[fmt] = {"megabytes": sum(sizes) / 1e6, "products_ms": 1000 * seconds, "step_ms": step_ms}
             print(fmt, rows[fmt], flush=True)
 
     lines = [
-        f"Batch 1, `{args.model}`: the {len(matrices)} matrices a decode step multiplies by, swept once (median of "
+        f"Batch 1, `{args.model}`: the {len(linears)} matrices a decode step multiplies by, swept once (median of "
         f"{args.repeats}), and the whole plain step (greedy, {args.new_tokens} tokens after a test mail's subject "
         "prompt, as in the decode table above).",
         "",
@@ -96,10 +79,9 @@ def main() -> None:
         "|---|---|---|---|---|---|",
     ]
     for fmt, row in rows.items():
-        step = row["step_ms"]
-        share = f"{100 * row['products_ms'] / step:.0f}%" if step else "-"
         lines.append(f"| {fmt} | {row['megabytes']:.0f} | {row['products_ms']:.1f} | "
-                     f"{row['megabytes'] / row['products_ms']:.1f} | {f'{step:.1f}' if step else '-'} | {share} |")
+                     f"{row['megabytes'] / row['products_ms']:.1f} | {row['step_ms']:.1f} | "
+                     f"{100 * row['products_ms'] / row['step_ms']:.0f}% |")
     markdown = "\n".join(lines)
     print(markdown)
     if not args.no_write:
