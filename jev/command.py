@@ -57,9 +57,10 @@ def add_weights_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights", choices=WEIGHTS, default="auto",
         help="what the large matrix products' weights are stored as: float32 (as trained), fp16 (fbgemm: half "
-        "the bytes, decoding about 2x faster, a probability moving by about 1e-5 on average), bf16 (bfloat16 "
+        "the bytes, decoding 1.2-2.5x faster, a probability moving by about 1e-5 on average), bf16 (bfloat16 "
         "products, for a CPU with native bfloat16: faster decisions than fp16, slower decoding, a probability "
         "moving about ten times as far) or mixed (bf16's products for decisions and prompts, fp16's for "
-        "decoding, int4's for weights on a 4-bit grid such as the base's Q4_1 MLPs); auto is mixed where fbgemm runs on a CPU with native bfloat16, fp16 where fbgemm runs "
-        "without it, else float32 (default: %(default)s)",
+        "decoding, int4's for weights on a 4-bit grid such as the base's Q4_1 MLPs); auto is mixed where "
+        "fbgemm runs on a CPU with native bfloat16, fp16 where fbgemm runs without it, else float32 "
+        "(default: %(default)s)",
     )
