@@ -16,9 +16,10 @@ from jev.data.examples import InvalidRowsError
 from jev.model import Model
 from jev.schema import JevError
 from jev.tokenizer import EOS_ID
-from jev.train.decide import DecideSettings, TaskData, train_decisions
+from jev.train.decide import NEW_TASK_LAYERS, DecideSettings, TaskData, default_frozen_layers, train_decisions
 from schemas.mail import TASK as MAIL
 from schemas.mail import MailDecision
+from tests.serving import tiny_decider
 from tests.tiny import random_model, tiny_config, tiny_tokenizer, with_subjects
 
 FIXTURES = Path(__file__).parent / "fixtures" / "decide"
@@ -241,3 +242,18 @@ def test_bfloat16_autocast_trains_a_folder_that_serves(base, tmp_path):
     record = json.loads((out / "jev.json").read_text())["training"]
     assert record["settings"]["autocast"] is True and record["epochs"][0]["mail"]["loss"] > 0
     assert isinstance(Decider.load(out).decide(MailDecision, {"body": "win a free cruise now"}).value, MailDecision)
+
+
+def test_frozen_layers_default_to_the_base_query_layer_for_its_tasks_and_lower_for_a_new_one(base, tmp_path):
+    folder = tmp_path / "decider"
+    tiny_decider().save(folder)
+    manifest = json.loads((folder / "jev.json").read_text())
+    own = sorted(manifest["tasks"])
+    manifest["query_layer"] = 5
+    (folder / "jev.json").write_text(json.dumps(manifest))
+    assert default_frozen_layers(folder, own) == 5  # the base's tasks: their heads continue at its layer
+    assert default_frozen_layers(folder, [*own, "sotu"]) == 5 - NEW_TASK_LAYERS
+    manifest["query_layer"] = 1
+    (folder / "jev.json").write_text(json.dumps(manifest))
+    assert default_frozen_layers(folder, ["sotu"]) == 0
+    assert default_frozen_layers(base, ["sotu"]) == 0  # a plain backbone

@@ -134,8 +134,9 @@ def _add_decide(train: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--frozen-layers", type=int, default=None, metavar="N",
         help="keep the embeddings and the N lowest layers as the base has them; the field queries join at "
-        "layer N, and each row's states entering it are computed once (default: the base decider's, or 0 "
-        "for a plain backbone; the shipped model uses 27)",
+        "layer N, and each row's states entering it are computed once (default: a base decider's query layer "
+        "when every task is its own, 3 lower when a task is new to it, 0 for a plain backbone; the shipped "
+        "model uses 27)",
     )
     parser.add_argument("--frozen-mlps", action="store_true",
                         help="keep the MLPs above the frozen layers too: only attention, norms and heads learn, "
