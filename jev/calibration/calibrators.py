@@ -171,8 +171,8 @@ class VectorScaling(BaseEstimator):
     calibrated probabilities. `penalty * |b|^2` keeps the biases small; the penalty is picked from
     `penalties` by `folds`-fold cross-validated NLL on the calibration rows, the most regularised
     one within a standard error of the best. `None` (no biases) is a candidate, so a field whose
-    biases do not pay held out stays temperature-scaled. The
-    objective is convex in (1/T, b); Newton's method fits it.
+    biases do not pay held out stays temperature-scaled. The objective is convex in (1/T, b);
+    Newton's method fits it.
     """
 
     name: ClassVar[str] = "vector"

@@ -107,10 +107,19 @@ def int4_grid(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     INT4_GROUP inputs (`[N, K]` int32 codes, `[N, K / INT4_GROUP]` scales and lows), else None.
 
     Q4_1 stores a block's minimum as its offset and (max - min) / 15 as its scale, so a dequantized
-    block's own minimum and maximum give both back, and the codes round exactly."""
+    block's own minimum and maximum give both back, and the codes round exactly. The first rows are
+    tried alone first, so a large weight off any grid (the LM head) is refused without a float64
+    copy of it."""
     rows, inputs = weight.shape
     if inputs % INT4_GROUP or rows % INT4_ROWS:
         return None
+    if rows > INT4_ROWS and _grid_of(weight[:INT4_ROWS]) is None:
+        return None
+    return _grid_of(weight)
+
+
+def _grid_of(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    rows, inputs = weight.shape
     groups = weight.detach().double().view(rows, inputs // INT4_GROUP, INT4_GROUP)
     low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
     scale = (high - low) / 15
