@@ -338,7 +338,7 @@ def fit_decider(settings: DecideSettings, ddp: Distributed) -> Decider:
 
 # A task the base decider has no heads for also trains this many layers below the base's query layer:
 # on examples/sotu (2,000 rows) that lifted `party` by 8 to 11 points over training from the query
-# layer itself, `era` within a point, in about the same time (docs/benchmarks.md, "A user's own task").
+# layer itself, `era` within a point (docs/benchmarks.md, "A user's own task").
 NEW_TASK_LAYERS = 3
 
 
