@@ -9,7 +9,6 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from jev.decide.decider import Decider
@@ -151,23 +150,24 @@ def test_a_bfloat16_row_depends_on_its_batch_only_through_the_block_size_and_by_
 
 def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypatch):
     product = STORED["bf16"](nn.Linear(64, 48, bias=False))
-    x = torch.randn(600, 64)  # two blocks of 256 rows and 88 more, multiplied as 96
+    x = torch.randn(2200, 64)  # two blocks of 1024 rows and 152 more, multiplied as 160
     together = product(x)
-    for rows in (slice(250, 262), slice(255, 256), slice(599, 600), slice(0, 513)):
+    for rows in (slice(1020, 1030), slice(1023, 1024), slice(2199, 2200), slice(0, 1025)):
         assert torch.equal(product(x[rows]), together[rows]), rows
     exact = x.bfloat16().double() @ product.weight.double().T
     torch.testing.assert_close(together.double(), exact, atol=2e-2, rtol=1e-2)
     seen = set()
-    linear = F.linear
+    mm = torch.mm
 
-    def counting(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def counting(rows: torch.Tensor, weight: torch.Tensor, **kwargs) -> torch.Tensor:
         seen.add(rows.shape[0])
-        return linear(rows, weight)
+        return mm(rows, weight, **kwargs)
 
-    monkeypatch.setattr(F, "linear", counting)
-    for n in range(1, 700):
+    monkeypatch.setattr(torch, "mm", counting)
+    for n in range(1, 1100):
         product(torch.randn(n, 64))
-    assert seen == set(range(1, 17)) | set(range(32, 257, 16))  # as they come, or rounded up; 256 is a block
+    # as they come up to 16, then rounded up to 16s up to 256 and to 64s up to a block of 1024
+    assert seen == set(range(1, 17)) | set(range(32, 257, 16)) | set(range(320, 1025, 64))
 
 
 @pytest.mark.parametrize(("weights", "bound"), [("fp16", 1e-5), ("bf16", 1e-3), ("mixed", 1e-3)])

@@ -72,9 +72,17 @@ class Fp16Linear(nn.Module):
 # oneDNN builds, and torch and oneDNN each cache, a kernel per shape of a bfloat16 product: a service
 # whose batches come in every row count would grow by megabytes per new count (tens of MB in the serve
 # soak test). So rows are multiplied in blocks of ROW_BLOCK, and the last block's rows are rounded up
-# to a multiple of ROW_STEP (above ROW_STEP): a few dozen shapes per weight, whatever the traffic.
-ROW_BLOCK = 256
-ROW_STEP = 16
+# to the step of the first bound in ROW_STEPS that holds them: a few dozen shapes per weight, whatever
+# the traffic. The blocks are large, and each writes straight into the output, because oneDNN on
+# AMX multiplies a large block much faster per row than a small one.
+ROW_BLOCK = 1024
+ROW_STEPS = ((16, 1), (256, 16), (ROW_BLOCK, 64))
+
+
+def padded_rows(rows: int) -> int:
+    """The row count a last block of `rows` rows is multiplied as."""
+    step = next(step for bound, step in ROW_STEPS if rows <= bound)
+    return -(-rows // step) * step
 
 
 class Bf16Linear(nn.Module):
@@ -86,14 +94,15 @@ class Bf16Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        n = len(rows)
-        full = n - n % ROW_BLOCK
-        parts = [F.linear(rows[start : start + ROW_BLOCK], self.weight) for start in range(0, full, ROW_BLOCK)]
-        if full < n:
-            rest = n - full
-            padded = rest if rest <= ROW_STEP else -(-rest // ROW_STEP) * ROW_STEP
-            parts.append(F.linear(F.pad(rows[full:], (0, 0, 0, padded - rest)), self.weight)[:rest])
-        out = parts[0] if len(parts) == 1 else torch.cat(parts)
+        transposed = self.weight.t()
+        out = torch.empty(len(rows), len(self.weight), dtype=torch.bfloat16, device=rows.device)
+        for start in range(0, len(rows), ROW_BLOCK):
+            block = rows[start : start + ROW_BLOCK]
+            size, padded = len(block), padded_rows(len(block))
+            if padded == size:
+                torch.mm(block, transposed, out=out[start : start + size])
+            else:
+                out[start : start + size] = torch.mm(F.pad(block, (0, 0, 0, padded - size)), transposed)[:size]
         return out.view(*x.shape[:-1], -1).to(x.dtype)
 
 
