@@ -7,7 +7,7 @@ matrix products themselves. Three stored forms halve float32's bytes per product
   the bytes, and a probability moves by about 1e-5 on average.
 - `bf16`: bfloat16 weights, and bfloat16 products (oneDNN) on the activations rounded to bfloat16,
   returned as float32. Where the CPU multiplies bfloat16 in hardware (AVX-512 BF16, AMX) a decision
-  pass is faster than fp16's, but plain decoding runs at about half fp16's speed and a probability
+  pass is faster than fp16's, but plain decoding runs at 0.6-0.7x fp16's speed and a probability
   moves about ten times as far (`docs/benchmarks.md`); elsewhere bfloat16 is emulated and slow.
 - `mixed`: both, so each pass takes the form that is fast for it: passes over fresh sequences
   (decisions, prompts) multiply in bfloat16, passes that extend a cache (decoding, verifying drafts)
