@@ -73,3 +73,13 @@ def test_platt_and_isotonic_apply_to_binary_fields_only(model_dir):
     assert set(calibration.thresholds) == {"kind", "mailing_list", "reply"}
     probs = Decider.load(model_dir).decide(MailDecision, {"body": "x"}).probs["reply"]
     assert np.isclose(sum(probs.values()), 1.0)
+
+
+def test_vector_scaling_applies_to_every_field_and_a_decision_follows_it(model_dir):
+    calibration = calibrate(model_dir, "mail", VALID, method="vector")
+    assert {calibration.calibrators[name].name for name in ("kind", "mailing_list", "reply")} == {"vector"}
+    decider = Decider.load(model_dir)
+    result = decider.decide(MailDecision, {"body": "win a free cruise now"})
+    table = result.probs["kind"]
+    assert np.isclose(sum(table.values()), 1.0)
+    assert result.value.kind == max(table, key=table.get)  # the answer is the calibrated argmax

@@ -255,10 +255,11 @@ def test_vector_scaling_keeps_biases_only_where_they_pay_held_out() -> None:
     assert VectorScaling().fit(tempered, y_tempered).penalty_ is None
 
 
-def test_vector_scaling_refuses_backwards_probabilities() -> None:
+def test_vector_scaling_flattens_backwards_probabilities_to_the_prior() -> None:
     p, y = _binary_data(seed=10)
-    with pytest.raises(ValueError, match="backwards"):
-        VectorScaling(penalties=(None,)).fit(1.0 - p, y)
+    calibrator = VectorScaling(penalties=(1e-3,)).fit(1.0 - p, y)
+    assert calibrator.temperature_ == pytest.approx(TemperatureScaling().t_max)
+    assert calibrator.predict_proba(1.0 - p).mean() == pytest.approx(y.mean(), abs=0.02)
 
 
 def test_binary_calibrators_refuse_more_than_two_columns() -> None:

@@ -253,8 +253,10 @@ def fit_vector_scaling(
 
     Damped Newton: the objective is a multinomial logistic loss, linear in its parameters, so the
     Hessian is `mean(J^T (diag p - p p^T) J)` with `J = [log p | I]`, and a halving line search
-    keeps every step a descent.
+    keeps every step a descent. T stays within TemperatureScaling's default bounds, so a head whose
+    probabilities rank its values backwards gets the flattest temperature and the biases' priors.
     """
+    lowest, highest = 1.0 / TemperatureScaling().t_max, 1.0 / TemperatureScaling().t_min
     n, k = log_probs.shape
     free = 1 if penalty is None else 1 + k
     params = np.zeros(1 + k)
@@ -281,6 +283,7 @@ def fit_vector_scaling(
         while scale > 1e-8:
             trial = params.copy()
             trial[:free] -= scale * step
+            trial[0] = min(max(trial[0], lowest), highest)
             value = objective(trial)
             if value <= current:
                 break
@@ -291,8 +294,6 @@ def fit_vector_scaling(
         params, current = trial, value
         if converged:
             break
-    if params[0] <= 0:
-        raise ValueError("the field's probabilities rank its labels backwards: no positive temperature fits")
     return float(params[0]), params[1:]
 
 
