@@ -13,6 +13,7 @@ form, as `benchmarks/decode_anchor.py` times it: what is not the products is the
 """
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -33,7 +34,7 @@ def step_linears(model: nn.Module) -> list[nn.Linear]:
     return [module for _, module in large_linears(model)]
 
 
-def product(linear: nn.Linear, fmt: str) -> tuple[nn.Module, int]:
+def product(linear: nn.Linear, fmt: str) -> tuple[Callable[[torch.Tensor], torch.Tensor], int]:
     """`linear` in the form `fmt` reads it when extending a cache, and the bytes it streams."""
     if fmt == "float32":
         return (lambda x: F.linear(x, linear.weight)), 4 * linear.weight.numel()

@@ -27,6 +27,8 @@ from jev.calibration.search import golden_section_minimize
 
 # A head may put exactly 0 on a value; log(0) would make every temperature infinitely wrong.
 _PROB_FLOOR = 1e-12
+# The temperatures searched (temperature scaling) or allowed (vector scaling) by default.
+T_MIN, T_MAX = 0.05, 20.0
 
 METHODS = ("temperature", "vector", "platt", "isotonic")
 # Methods that calibrate a whole distribution, so they take fields of any number of values.
@@ -80,6 +82,23 @@ def _check_method(d: dict[str, Any], expected: str) -> None:
         raise ValueError(f"expected a dict with method={expected!r}, got method={d.get('method')!r}")
 
 
+def _field_log_probs(probs: object) -> tuple[np.ndarray, bool]:
+    """Log-probabilities `[n, K]` of a distribution, or of `[1 - p, p]` for a 1-D input (and whether it was)."""
+    array = check_probabilities(probs, ndim=(1, 2))
+    one_dimensional = array.ndim == 1
+    dist = np.column_stack([1.0 - array, array]) if one_dimensional else check_distribution(array)
+    return np.log(np.maximum(dist, _PROB_FLOOR)), one_dimensional
+
+
+def _scaled(probs: object, n_classes: int, temperature: float, bias: np.ndarray | float = 0.0) -> np.ndarray:
+    """`softmax(log p / temperature + bias)`, in the input's shape, for a calibrator fitted on `n_classes` values."""
+    log_probs, one_dimensional = _field_log_probs(probs)
+    if log_probs.shape[1] != n_classes:
+        raise ValueError(f"fitted on {n_classes} values, got {log_probs.shape[1]}")
+    scaled = np.exp(_log_softmax(log_probs / temperature + bias))
+    return scaled[:, 1] if one_dimensional else scaled
+
+
 class TemperatureScaling(BaseEstimator):
     """One temperature T > 0 for a whole field: `softmax(log p / T)`.
 
@@ -92,12 +111,12 @@ class TemperatureScaling(BaseEstimator):
 
     name: ClassVar[str] = "temperature"
 
-    def __init__(self, t_min: float = 0.05, t_max: float = 20.0) -> None:
+    def __init__(self, t_min: float = T_MIN, t_max: float = T_MAX) -> None:
         self.t_min = t_min
         self.t_max = t_max
 
     def fit(self, probs: object, y: object) -> Self:
-        log_probs, _ = self._log_probs(probs)
+        log_probs, _ = _field_log_probs(probs)
         labels = check_labels(y, log_probs.shape[0], log_probs.shape[1])
         if not 0.0 < self.t_min < self.t_max:
             raise ValueError(f"need 0 < t_min < t_max, got t_min={self.t_min}, t_max={self.t_max}")
@@ -114,11 +133,7 @@ class TemperatureScaling(BaseEstimator):
 
     def predict_proba(self, probs: object) -> np.ndarray:
         check_is_fitted(self)
-        log_probs, one_dimensional = self._log_probs(probs)
-        if log_probs.shape[1] != self.n_classes_:
-            raise ValueError(f"fitted on {self.n_classes_} values, got {log_probs.shape[1]}")
-        scaled = np.exp(_log_softmax(log_probs / self.temperature_))
-        return scaled[:, 1] if one_dimensional else scaled
+        return _scaled(probs, self.n_classes_, self.temperature_)
 
     def to_dict(self) -> dict[str, Any]:
         check_is_fitted(self)
@@ -141,14 +156,6 @@ class TemperatureScaling(BaseEstimator):
         calibrator.n_samples_ = int(d["n_samples"])
         calibrator.fitted_at_ = str(d["fitted_at"])
         return calibrator
-
-    @staticmethod
-    def _log_probs(probs: object) -> tuple[np.ndarray, bool]:
-        array = check_probabilities(probs, ndim=(1, 2))
-        one_dimensional = array.ndim == 1
-        dist = np.column_stack([1.0 - array, array]) if one_dimensional else check_distribution(array)
-        return np.log(np.maximum(dist, _PROB_FLOOR)), one_dimensional
-
 
 def temperature_nll(log_probs: np.ndarray, labels: np.ndarray, temperature: float) -> float:
     """Mean negative log-likelihood of `labels` under `softmax(log_probs / temperature)`."""
@@ -182,7 +189,7 @@ class VectorScaling(BaseEstimator):
         self.folds = folds
 
     def fit(self, probs: object, y: object) -> Self:
-        log_probs, _ = TemperatureScaling._log_probs(probs)
+        log_probs, _ = _field_log_probs(probs)
         labels = check_labels(y, log_probs.shape[0], log_probs.shape[1])
         if not self.penalties or any(p is not None and p <= 0 for p in self.penalties):
             raise ValueError(f"penalties must be positive numbers or None, got {self.penalties}")
@@ -202,11 +209,7 @@ class VectorScaling(BaseEstimator):
 
     def predict_proba(self, probs: object) -> np.ndarray:
         check_is_fitted(self)
-        log_probs, one_dimensional = TemperatureScaling._log_probs(probs)
-        if log_probs.shape[1] != self.n_classes_:
-            raise ValueError(f"fitted on {self.n_classes_} values, got {log_probs.shape[1]}")
-        scaled = np.exp(_log_softmax(log_probs / self.temperature_ + self.bias_))
-        return scaled[:, 1] if one_dimensional else scaled
+        return _scaled(probs, self.n_classes_, self.temperature_, self.bias_)
 
     def to_dict(self) -> dict[str, Any]:
         check_is_fitted(self)
@@ -253,10 +256,10 @@ def fit_vector_scaling(
 
     Damped Newton: the objective is a multinomial logistic loss, linear in its parameters, so the
     Hessian is `mean(J^T (diag p - p p^T) J)` with `J = [log p | I]`, and a halving line search
-    keeps every step a descent. T stays within TemperatureScaling's default bounds, so a head whose
+    keeps every step a descent. T stays within [T_MIN, T_MAX], so a head whose
     probabilities rank its values backwards gets the flattest temperature and the biases' priors.
     """
-    lowest, highest = 1.0 / TemperatureScaling().t_max, 1.0 / TemperatureScaling().t_min
+    lowest, highest = 1.0 / T_MAX, 1.0 / T_MIN
     n, k = log_probs.shape
     free = 1 if penalty is None else 1 + k
     params = np.zeros(1 + k)
