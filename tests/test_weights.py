@@ -52,7 +52,6 @@ def with_mlps_on_grid(model):
         for name in MLPS:
             on_grid(getattr(layer.mlp, name), seed=len(name))
     return model
-SINGLE = ["fp16", "bf16"]
 AUTO = "mixed" if native_bfloat16() else "fp16"  # this x86 torch has fbgemm
 
 
@@ -150,9 +149,9 @@ def test_a_bfloat16_row_depends_on_its_batch_only_through_the_block_size_and_by_
 
 def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypatch):
     product = STORED["bf16"](nn.Linear(64, 48, bias=False))
-    x = torch.randn(2200, 64)  # two blocks of 1024 rows and 152 more, multiplied as 160
+    x = torch.randn(8344, 64)  # two blocks of 4096 rows and 152 more, multiplied as 160
     together = product(x)
-    for rows in (slice(1020, 1030), slice(1023, 1024), slice(2199, 2200), slice(0, 1025)):
+    for rows in (slice(4090, 4100), slice(4095, 4096), slice(8343, 8344), slice(0, 4097)):
         assert torch.equal(product(x[rows]), together[rows]), rows
     exact = x.bfloat16().double() @ product.weight.double().T
     torch.testing.assert_close(together.double(), exact, atol=2e-2, rtol=1e-2)
@@ -164,10 +163,11 @@ def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypa
         return mm(rows, weight, **kwargs)
 
     monkeypatch.setattr(torch, "mm", counting)
-    for n in range(1, 1100):
+    for n in range(1, 4200):
         product(torch.randn(n, 64))
-    # as they come up to 16, then rounded up to 16s up to 256 and to 64s up to a block of 1024
-    assert seen == set(range(1, 17)) | set(range(32, 257, 16)) | set(range(320, 1025, 64))
+    # as they come up to 16, then rounded up to 16s up to 256, 64s up to 1024 and 256s up to a block of 4096
+    expected = set(range(1, 17)) | set(range(32, 257, 16)) | set(range(320, 1025, 64)) | set(range(1280, 4097, 256))
+    assert seen == expected
 
 
 @pytest.mark.parametrize(("weights", "bound"), [("fp16", 1e-5), ("bf16", 1e-3), ("mixed", 1e-3)])
@@ -198,8 +198,10 @@ def test_mixed_multiplies_fresh_passes_in_bfloat16_and_cache_extensions_in_float
     assert torch.equal(step, reference)
 
 
-@pytest.mark.parametrize("weights", SINGLE)
-def test_decoding_through_the_cache_matches_a_cache_free_pass(weights):
+# bf16: a cache-free pass computes attention and MLPs in bfloat16, a decode step in float32 (with
+# bfloat16 products), so they agree to bfloat16's precision only.
+@pytest.mark.parametrize(("weights", "tolerance"), [("fp16", 1e-4), ("bf16", 2e-2)])
+def test_decoding_through_the_cache_matches_a_cache_free_pass(weights, tolerance):
     model = random_model(tiny_config(), seed=1)
     store_weights(model, weights)
     ids = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(1))
@@ -207,7 +209,7 @@ def test_decoding_through_the_cache_matches_a_cache_free_pass(weights):
         whole = model(ids)
         cache = model.new_cache(1, 16)
         pieces = [model(ids[:, :8], cache=cache), *(model(ids[:, i : i + 1], cache=cache) for i in range(8, 12))]
-    torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=tolerance, rtol=tolerance)
 
 
 @pytest.mark.parametrize(("weights", "tolerance"), [("fp16", 1e-4), ("bf16", 1e-2), ("mixed", 1e-2)])

@@ -32,8 +32,10 @@ class Indexer(nn.Module):
         self.scale = self.head_dim**-0.5
 
     def keys(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """`x [B, T, D]` -> the indexer key of each token `[B, T, d_I]`, RoPE on the first d_r dims."""
-        k = self.k_norm(self.wk(x))
+        """`x [B, T, D]` -> the indexer key of each token `[B, T, d_I]`, RoPE on the first d_r dims.
+
+        The indexer computes in its weights' dtype whatever its inputs' (its scores pick the keys)."""
+        k = self.k_norm(self.wk(x.to(self.wk.weight.dtype)))
         return torch.cat((rotate_half_split(k[..., : self.rope_dim], cos, sin), k[..., self.rope_dim :]), dim=-1)
 
     def queries(
@@ -41,6 +43,7 @@ class Indexer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-head queries `[B, T, H_I, d_I]` and head weights `[B, T, H_I]` (scaled by H_I^-0.5)."""
         batch, length, _ = x.shape
+        x, q_compressed = x.to(self.wk.weight.dtype), q_compressed.to(self.wk.weight.dtype)
         q = self.wq_b(q_compressed).view(batch, length, self.n_heads, self.head_dim)
         q = torch.cat((rotate_half_split(q[..., : self.rope_dim], cos, sin), q[..., self.rope_dim :]), dim=-1)
         weights = self.weights_proj(x).float() * self.n_heads**-0.5

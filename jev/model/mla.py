@@ -51,6 +51,8 @@ class AttentionBatch:
     expanded: no sequence has past tokens, so attention stays within the new tokens.
     indexer_losses: set in training (DSA's dense warm-up): attention stays dense and each layer
         appends the KL divergence of its indexer's distribution from the head-summed attention.
+    branch_dtype: what each layer's attention and MLP compute in, when not the residual stream's
+        dtype (a fresh pass over bfloat16 weights).
     """
 
     positions: torch.Tensor
@@ -60,6 +62,7 @@ class AttentionBatch:
     cache: LatentCache | None
     expanded: bool
     indexer_losses: list[torch.Tensor] | None = None
+    branch_dtype: torch.dtype | None = None
 
 
 class MLA(nn.Module):
@@ -87,9 +90,11 @@ class MLA(nn.Module):
         q_compressed = self.q_a_layernorm(self.q_a_proj(x))
         q = self.q_b_proj(q_compressed).view(size, length, self.n_heads, self.d_nope + self.d_rope)
         q_nope, q_rope = q.split([self.d_nope, self.d_rope], dim=-1)
-        q_rope = rotate_interleaved(q_rope, batch.cos, batch.sin)
+        # RoPE turns in float32; the turned parts return in their projection's dtype.
+        q_rope = rotate_interleaved(q_rope, batch.cos, batch.sin).to(q.dtype)
         latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.d_latent, self.d_rope], dim=-1)
-        kv = torch.cat((self.kv_a_layernorm(latent), rotate_interleaved(k_rope, batch.cos, batch.sin)), dim=-1)
+        k_rope = rotate_interleaved(k_rope, batch.cos, batch.sin).to(latent.dtype)
+        kv = torch.cat((self.kv_a_layernorm(latent), k_rope), dim=-1)
         selecting = batch.indexer_losses is None and self.index_topk < batch.n_keys
         # The indexer keys are read only by a selection or by later passes over the cache.
         index_key = self.indexer.keys(x, batch.cos, batch.sin) if selecting or batch.cache is not None else None
@@ -107,6 +112,7 @@ class MLA(nn.Module):
             if batch.expanded and batch.n_keys <= DENSE_PREFILL_MAX_KEYS:
                 out = self.expanded_attention(q_nope, q_rope, kv, batch.positions, selected_key_mask(top, batch.n_keys))
             else:
+                q_nope, q_rope = q_nope.to(kv.dtype), q_rope.to(kv.dtype)
                 out_latent, _ = ops.sparse_mla(self.absorb_query(q_nope), q_rope, kv, top, self.scale)
                 out = self.expand_output(out_latent)
         elif batch.expanded:
@@ -140,8 +146,10 @@ class MLA(nn.Module):
         """Attention among the new tokens with per-head K/V built from the latents: causal, or over
         the keys `visible [B, T, T]` marks (the indexer's selection)."""
         size, length = positions.shape
+        kv = kv.to(q_nope.dtype)  # a cache's latents, read back in a bfloat16 branch
         latent, k_rope = kv[..., : self.d_latent], kv[..., self.d_latent :]
-        k_nope, value = self.kv_b_proj(latent).view(size, length, self.n_heads, -1).split([self.d_nope, self.d_v], -1)
+        up = F.linear(latent, self.kv_b_proj.weight.to(latent.dtype))
+        k_nope, value = up.view(size, length, self.n_heads, -1).split([self.d_nope, self.d_v], -1)
         key = torch.cat((k_nope, k_rope.unsqueeze(2).expand(-1, -1, self.n_heads, -1)), dim=-1)
         query = torch.cat((q_nope, q_rope), dim=-1)
         # SDPA's fused CPU kernel needs values as wide as the keys; without it, it falls back to the

@@ -14,9 +14,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 == self.weight.dtype:
-            # The same formula as below, as one fused op: a decode step normalises 121 times.
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        if self.weight.dtype == torch.float32 and x.dtype in (torch.float32, torch.bfloat16):
+            # The same formula as below, as one fused op in float32 (a decode step normalises 121 times),
+            # returned in x's dtype: a bfloat16 branch stays bfloat16.
+            return F.rms_norm(x.float(), self.weight.shape, self.weight, self.eps).to(x.dtype)
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)

@@ -19,7 +19,9 @@ from jev.model.rope import RotaryEmbedding
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block: `x + attn(norm(x))`, then `x + mlp(norm(x))`."""
+    """Pre-norm residual block: `x + attn(norm(x))`, then `x + mlp(norm(x))`.
+
+    The residual stream keeps its dtype; attention and MLP compute in `batch.branch_dtype` when set."""
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -30,8 +32,9 @@ class DecoderLayer(nn.Module):
         self.mlp = MoE(config) if sparse else MLP(config.hidden_size, config.intermediate_size)
 
     def forward(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), batch)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        branch = batch.branch_dtype or x.dtype
+        x = x + self.self_attn(self.input_layernorm(x).to(branch), batch)
+        return x + self.mlp(self.post_attention_layernorm(x).to(branch))
 
 
 class Backbone(nn.Module):
@@ -65,6 +68,9 @@ class Model(nn.Module):
         # What the large matrix products' weights are stored as (`jev.model.weights`): fp16 and bf16 are for
         # inference only.
         self.weights = "float32"
+        # What the attention and MLP of a pass over fresh sequences compute in, when not the residual
+        # stream's dtype (bfloat16 with bfloat16 products: `jev.model.weights`).
+        self.fresh_branch_dtype: torch.dtype | None = None
 
     @property
     def device(self) -> torch.device:
@@ -138,7 +144,8 @@ class Model(nn.Module):
             positions = cache.positions_for(lengths, x.shape[1])
             n_keys, expanded = int((cache.lengths + lengths).max()), bool((cache.lengths == 0).all())
         cos, sin = self.backbone.rotary(positions, x.dtype)
-        batch = AttentionBatch(positions, cos, sin, n_keys, cache, expanded, indexer_losses)
+        branch = self.fresh_branch_dtype if expanded and indexer_losses is None else None
+        batch = AttentionBatch(positions, cos, sin, n_keys, cache, expanded, indexer_losses, branch)
         for i in range(start, stop):
             layer = self.backbone.layers[i]
             if i < frozen_layers:

@@ -74,9 +74,10 @@ class Fp16Linear(nn.Module):
 # soak test). So rows are multiplied in blocks of ROW_BLOCK, and the last block's rows are rounded up
 # to the step of the first bound in ROW_STEPS that holds them: a few dozen shapes per weight, whatever
 # the traffic. The blocks are large, and each writes straight into the output, because oneDNN on
-# AMX multiplies a large block much faster per row than a small one.
-ROW_BLOCK = 1024
-ROW_STEPS = ((16, 1), (256, 16), (ROW_BLOCK, 64))
+# AMX multiplies a large block much faster per row than a small one (a batch of 32 decisions of 128
+# tokens is one block).
+ROW_BLOCK = 4096
+ROW_STEPS = ((16, 1), (256, 16), (1024, 64), (ROW_BLOCK, 256))
 
 
 def padded_rows(rows: int) -> int:
@@ -250,4 +251,6 @@ def store_weights(model: Model, weights: Weights) -> list[str]:
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, stored(getattr(parent, child)))
     model.weights = weights
+    if weights in ("bf16", "mixed"):
+        model.fresh_branch_dtype = torch.bfloat16
     return targets
