@@ -15,6 +15,7 @@ from jev.decide.decider import Decider
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.loop import generate
 from jev.generate.profiles import machine_key
+from jev.model import weights as weights_module
 from jev.model.precision import native_bfloat16
 from jev.model.weights import (
     LARGE_LINEARS,
@@ -24,6 +25,8 @@ from jev.model.weights import (
     WeightsError,
     auto_weights,
     int4_grid,
+    packed_bfloat16,
+    packed_product,
     store_weights,
 )
 from tests.serving import TASKS, tiny_decider
@@ -89,6 +92,13 @@ def test_a_bfloat16_product_is_its_rounded_operands_multiplied_exactly():
     torch.testing.assert_close(got.double(), exact, atol=2e-2, rtol=1e-2)
 
 
+@pytest.mark.parametrize("rows", [1, 5, 128, 300])
+def test_a_packed_bfloat16_weight_multiplies_as_torch_mm_on_the_plain_one(rows):
+    weight = torch.randn(1536, 576) * 0.05
+    x = torch.randn(rows, 576).bfloat16()
+    assert torch.equal(packed_product(x, packed_bfloat16(weight)), torch.mm(x, weight.bfloat16().T))
+
+
 def test_a_weight_on_a_4_bit_grid_gives_back_its_codes_and_others_none():
     linear = on_grid(nn.Linear(96, 48, bias=False))
     codes, scale, low = int4_grid(linear.weight)
@@ -148,21 +158,21 @@ def test_a_bfloat16_row_depends_on_its_batch_only_through_the_block_size_and_by_
 
 
 def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypatch):
-    product = STORED["bf16"](nn.Linear(64, 48, bias=False))
+    linear = nn.Linear(64, 48, bias=False)
+    product = STORED["bf16"](linear)
     x = torch.randn(8344, 64)  # two blocks of 4096 rows and 152 more, multiplied as 160
     together = product(x)
     for rows in (slice(4090, 4100), slice(4095, 4096), slice(8343, 8344), slice(0, 4097)):
         assert torch.equal(product(x[rows]), together[rows]), rows
-    exact = x.bfloat16().double() @ product.weight.double().T
+    exact = x.bfloat16().double() @ linear.weight.detach().bfloat16().double().T
     torch.testing.assert_close(together.double(), exact, atol=2e-2, rtol=1e-2)
     seen = set()
-    mm = torch.mm
 
-    def counting(rows: torch.Tensor, weight: torch.Tensor, **kwargs) -> torch.Tensor:
+    def counting(rows: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
         seen.add(rows.shape[0])
-        return mm(rows, weight, **kwargs)
+        return packed_product(rows, packed)
 
-    monkeypatch.setattr(torch, "mm", counting)
+    monkeypatch.setattr(weights_module, "packed_product", counting)
     for n in range(1, 4200):
         product(torch.randn(n, 64))
     # as they come up to 16, then rounded up to 16s up to 256, 64s up to 1024 and 256s up to a block of 4096
@@ -235,7 +245,7 @@ def test_auto_is_mixed_or_fp16_where_fbgemm_runs_and_float32_elsewhere():
     assert store_weights(half, "auto") == [] and half.weights == "float32"
 
 
-def test_refusals(tmp_path):
+def test_refusals(tmp_path, monkeypatch):
     model = random_model(tiny_config())
     key = machine_key(model)
     assert store_weights(model, "float32") == [] and machine_key(model) == key
@@ -250,6 +260,11 @@ def test_refusals(tmp_path):
     for weights in HALF:
         with pytest.raises(WeightsError, match="float32 model"):
             store_weights(random_model(tiny_config()).to(torch.bfloat16), weights)
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    assert auto_weights(random_model(tiny_config())) == "fp16"
+    for weights in ("bf16", "mixed"):
+        with pytest.raises(WeightsError, match="oneDNN"):
+            store_weights(random_model(tiny_config()), weights)
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,10 @@ matrix products themselves. Three stored forms halve float32's bytes per product
 
 - `fp16`: fbgemm's float16 linear, float16 weights computed in float32: a decode step streams half
   the bytes, and a probability moves by about 1e-5 on average.
-- `bf16`: bfloat16 weights, and bfloat16 products (oneDNN) on the activations rounded to bfloat16,
-  returned as float32. Where the CPU multiplies bfloat16 in hardware (AVX-512 BF16, AMX) a decision
+- `bf16`: bfloat16 weights packed for oneDNN, and bfloat16 products on the activations rounded to
+  bfloat16. A pass over fresh sequences runs each layer's attention and MLP in bfloat16 from the
+  normed input to the branch's output (the residual stream stays float32); a pass that extends a
+  cache returns each product to float32. Where the CPU multiplies bfloat16 in hardware (AVX-512 BF16, AMX) a decision
   pass is faster than fp16's, but plain decoding runs at 0.6-0.7x fp16's speed and a probability
   moves about ten times as far (`docs/benchmarks.md`); elsewhere bfloat16 is emulated and slow.
 - `mixed`: both, so each pass takes the form that is fast for it: passes over fresh sequences
@@ -23,18 +25,18 @@ what else is in its batch. `mixed` picks the form by the kind of pass, never by 
 extends caches only through the row-invariant forms, so a verified block scores each position as
 plain decoding does (the speculative path stays lossless, as on fp16; on bf16 a verified block and
 a plain step may part at such a near-tie).
-`auto` takes `mixed` where fbgemm runs and the CPU has native bfloat16, fp16 where only fbgemm
-runs (x86), else float32. What each moves is measured on test decisions (`benchmarks/weights.py`).
+`auto` takes `mixed` where fbgemm and oneDNN run and the CPU has native bfloat16, fp16 where only
+fbgemm runs (x86), else float32. What each moves is measured on test decisions (`benchmarks/weights.py`).
 
 int8 was tried and left out: fbgemm quantises the activations with one range per call, so the bos
 token's outlier states set every row's precision, and even with each row scaled to its own range
 the next-token distribution moved far from float32's (`docs/benchmarks.md`).
 
 Stored this way: the q, kv-down and output projections of every attention layer, the MLPs and the
-LM head. Kept in float32: `kv_b_proj` (the absorbed decode form reads its weight, not its product),
-the indexer (its scores pick the top-k keys), the norms, the embeddings, the residual stream, the
-attention itself and the decision heads. Such a model is for inference only: it has no gradients
-and is never saved.
+LM head. Kept in float32: `kv_b_proj` (the absorbed decode form reads its weight, not its product;
+a fresh bfloat16 pass rounds it as it goes), the indexer (its scores pick the top-k keys), the norms'
+weights and statistics, the embeddings, the residual stream and the decision heads. Such a model is
+for inference only: it has no gradients and is never saved.
 """
 
 from functools import partial
@@ -73,9 +75,8 @@ class Fp16Linear(nn.Module):
 # whose batches come in every row count would grow by megabytes per new count (tens of MB in the serve
 # soak test). So rows are multiplied in blocks of ROW_BLOCK, and the last block's rows are rounded up
 # to the step of the first bound in ROW_STEPS that holds them: a few dozen shapes per weight, whatever
-# the traffic. The blocks are large, and each writes straight into the output, because oneDNN on
-# AMX multiplies a large block much faster per row than a small one (a batch of 32 decisions of 128
-# tokens is one block).
+# the traffic. The blocks are large because oneDNN on AMX multiplies a large block much faster per
+# row than a small one (a batch of 32 decisions of 128 tokens is one block).
 ROW_BLOCK = 4096
 ROW_STEPS = ((16, 1), (256, 16), (1024, 64), (ROW_BLOCK, 256))
 
@@ -86,25 +87,40 @@ def padded_rows(rows: int) -> int:
     return -(-rows // step) * step
 
 
+def packed_bfloat16(weight: torch.Tensor) -> torch.Tensor:
+    """W `[N, K]` as bfloat16 in oneDNN's blocked layout for `x W^T` (an opaque MKLDNN tensor)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(torch.bfloat16), PACKED_FOR_ROWS)
+
+
+def packed_product(rows: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """`rows [M, K]` (bfloat16) times a `packed_bfloat16` weight: `[M, N]` bfloat16."""
+    return torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", [], "")
+
+
+# The row count oneDNN lays a packed weight out for: a decision of about a hundred tokens. Any count
+# multiplies by it, to the same numbers as `torch.mm`.
+PACKED_FOR_ROWS = 128
+
+
 class Bf16Linear(nn.Module):
-    """`x W^T` with W stored as bfloat16 and multiplied in bfloat16; the result returns in `x`'s dtype."""
+    """`x W^T` with W stored as bfloat16 and multiplied in bfloat16; the result returns in `x`'s dtype.
+
+    W is packed once in oneDNN's own layout: `torch.mm` on a plain bfloat16 weight reorders it on every
+    call, which costs a third of a 128-row product's time."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        self.register_buffer("weight", linear.weight.detach().to(torch.bfloat16))
+        self.packed = packed_bfloat16(linear.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        transposed = self.weight.t()
-        out = torch.empty(len(rows), len(self.weight), dtype=torch.bfloat16, device=rows.device)
-        for start in range(0, len(rows), ROW_BLOCK):
-            block = rows[start : start + ROW_BLOCK]
-            size, padded = len(block), padded_rows(len(block))
-            if padded == size:
-                torch.mm(block, transposed, out=out[start : start + size])
-            else:
-                out[start : start + size] = torch.mm(F.pad(block, (0, 0, 0, padded - size)), transposed)[:size]
+        blocks = [self._block(rows[start : start + ROW_BLOCK]) for start in range(0, len(rows), ROW_BLOCK)]
+        out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
         return out.view(*x.shape[:-1], -1).to(x.dtype)
+
+    def _block(self, block: torch.Tensor) -> torch.Tensor:
+        size, padded = len(block), padded_rows(len(block))
+        return packed_product(F.pad(block, (0, 0, 0, padded - size)) if padded > size else block, self.packed)[:size]
 
 
 # Q4_1's block: 32 inputs share a scale and an offset. torch's int4 kernel packs output rows in 16s.
@@ -202,11 +218,11 @@ def _cpu_float32(model: Model) -> bool:
 
 
 def auto_weights(model: Model) -> Weights:
-    """What `auto` stores for this model here: mixed where fbgemm runs and the CPU has native bfloat16,
-    fp16 where only fbgemm runs, else float32."""
+    """What `auto` stores for this model here: mixed where fbgemm and oneDNN run and the CPU has native
+    bfloat16, fp16 where only fbgemm runs, else float32."""
     if model.weights != "float32" or not fp16_available(model):
         return "float32"
-    return "mixed" if native_bfloat16() else "fp16"
+    return "mixed" if native_bfloat16() and torch.backends.mkldnn.is_available() else "fp16"
 
 
 def large_linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
@@ -238,6 +254,8 @@ def store_weights(model: Model, weights: Weights) -> list[str]:
             f"{weights} weights need a torch build with fbgemm; this one has "
             f"{', '.join(torch.backends.quantized.supported_engines)}"
         )
+    if weights in ("bf16", "mixed") and not torch.backends.mkldnn.is_available():
+        raise WeightsError(f"{weights} weights need a torch build with oneDNN (mkldnn)")
     targets = [name for name, _ in large_linears(model)]
     if weights == "mixed":
         kind = PassKind()
