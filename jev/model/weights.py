@@ -8,9 +8,10 @@ matrix products themselves. Three stored forms halve float32's bytes per product
 - `bf16`: bfloat16 weights packed for oneDNN, and bfloat16 products on the activations rounded to
   bfloat16. A pass over fresh sequences runs each layer's attention and MLP in bfloat16 from the
   normed input to the branch's output (the residual stream stays float32); a pass that extends a
-  cache returns each product to float32. Where the CPU multiplies bfloat16 in hardware (AVX-512 BF16, AMX) a decision
-  pass is faster than fp16's, but plain decoding runs at 0.6-0.7x fp16's speed and a probability
-  moves about ten times as far (`docs/benchmarks.md`); elsewhere bfloat16 is emulated and slow.
+  cache returns each product to float32. Where the CPU multiplies bfloat16 in hardware (AVX-512
+  BF16, AMX) a decision pass is about twice as fast as fp16's, but plain decoding runs at about
+  0.86x fp16's speed and a probability moves about ten times as far (`docs/benchmarks.md`);
+  elsewhere bfloat16 is emulated and slow.
 - `mixed`: both, so each pass takes the form that is fast for it: passes over fresh sequences
   (decisions, prompts) multiply in bfloat16, passes that extend a cache (decoding, verifying drafts)
   in fp16. A weight that lies on a 4-bit grid per 32 inputs, as the base's Q4_1 blocks do (every
