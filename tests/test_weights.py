@@ -56,6 +56,8 @@ def with_mlps_on_grid(model):
         for name in MLPS:
             on_grid(getattr(layer.mlp, name), seed=len(name))
     return model
+
+
 AUTO = "mixed" if native_bfloat16() else "fp16"  # this x86 torch has fbgemm
 
 
@@ -310,11 +312,12 @@ def test_a_bfloat16_pass_that_selects_keys_stays_close_to_float32(monkeypatch):
     # index_topk 4 of 24 keys: every layer's indexer selects, reading the bfloat16 branch's inputs
     model = random_model(tiny_config(index_topk=4), seed=3)
     ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(3))
+    dense_prefill = mla_module.DENSE_PREFILL_MAX_KEYS
 
     def log_probs(path: str) -> torch.Tensor:
         cache = None if path == "cache-free" else model.new_cache(2, 32)
         # "sparse prefill" gathers the selected latents from the cache instead of masking the keys
-        monkeypatch.setattr(mla_module, "DENSE_PREFILL_MAX_KEYS", 0 if path == "sparse prefill" else 2048)
+        monkeypatch.setattr(mla_module, "DENSE_PREFILL_MAX_KEYS", 0 if path == "sparse prefill" else dense_prefill)
         return torch.log_softmax(model(ids, cache=cache).double(), -1)
 
     paths = ("cache-free", "prefill", "sparse prefill")
