@@ -157,6 +157,7 @@ class TemperatureScaling(BaseEstimator):
         calibrator.fitted_at_ = str(d["fitted_at"])
         return calibrator
 
+
 def temperature_nll(log_probs: np.ndarray, labels: np.ndarray, temperature: float) -> float:
     """Mean negative log-likelihood of `labels` under `softmax(log_probs / temperature)`."""
     scaled = _log_softmax(log_probs / temperature)
