@@ -20,7 +20,14 @@ from jev.generate.scheduler import LoadAwareScheduler, VerifyProfile
 from jev.model import LatentCache, Model
 from jev.ragged import pad_rows
 from jev.tokenizer import save_tokenizer
-from jev.train.dspark import acceptance_outcomes, calibrate, fit_survival_calibration, survival_ece
+from jev.train.dspark import (
+    acceptance_outcomes,
+    calibrate,
+    dspark_loss,
+    fit_survival_calibration,
+    survival_ece,
+    target_states,
+)
 from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 V = 16
@@ -193,6 +200,32 @@ def test_without_the_markov_head_q_is_the_parallel_stage_alone(target: Model) ->
     base = spark.head.decode(spark.head.block(hidden, target.embed(pending))[:, :3], target.lm_head)
     assert torch.equal(spark.head.logits(base, first.tokens), base)
     assert torch.equal(first.probs, warp(base, settings))
+
+
+@torch.no_grad()
+def test_the_loss_reads_the_target_at_each_drafted_position_from_states_kept_once(target: Model) -> None:
+    """The training loss from the kept states equals an explicit loop over anchors that runs the whole
+    target for p and the drafter one anchor at a time, with the anchors drawn from the same seed."""
+    head, k, anchors = random_head(target, positions=3), 3, 4
+    inputs = torch.tensor([[(5 * b + 3 * j + j * j) % V for j in range(12)] for b in range(3)])
+    states = target_states(target, inputs, 2, target.dtype)
+    kl, _, label = dspark_loss(
+        head, target.lm_head, target.backbone.embed_tokens, inputs, states, anchors, torch.Generator().manual_seed(7)
+    )
+    draw = torch.Generator().manual_seed(7)
+    starts = torch.randint(1, inputs.shape[1] - k + 1, (len(inputs), anchors), generator=draw)
+    p_log = torch.log_softmax(target(inputs), dim=-1)
+    kls, accepted = [], []
+    for row, start in ((b, int(s)) for b in range(len(inputs)) for s in starts[b]):
+        tokens = inputs[row, start : start + k]
+        hidden = target.hidden_states(inputs[row : row + 1, :start])[:, -1]
+        logits, _ = head(hidden, target.embed(tokens[:1]), tokens.unsqueeze(0), target.lm_head)
+        q_log, p = torch.log_softmax(logits[0], dim=-1), p_log[row, start : start + k]
+        kls.append((p.exp() * (p - q_log)).sum(-1))
+        accepted.append(torch.minimum(p.exp(), q_log.exp()).sum(-1))
+    # The loss takes its log-softmaxes in float32 (the target here is float64).
+    torch.testing.assert_close(kl.double(), torch.stack(kls).mean(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(label.double(), torch.stack(accepted).mean(0), rtol=1e-5, atol=1e-6)
 
 
 def test_isotonic_calibration_matches_pool_adjacent_violators() -> None:

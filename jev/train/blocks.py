@@ -60,6 +60,10 @@ class TokenBlocks:
         Each epoch takes the training blocks in an order drawn from `seed + epoch`; when their count
         is not a multiple of `batch_size` the last few of that order sit the epoch out.
         """
+        return self.train[self.batch_indices(step, batch_size, seed, rank, world_size)].long()
+
+    def batch_indices(self, step: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1) -> torch.Tensor:
+        """The rows of `train` that `batch` returns, for data computed once per block (a target's states)."""
         if batch_size % world_size:
             raise ValueError(f"batch_size ({batch_size}) must be a multiple of the number of processes ({world_size})")
         if self.steps_per_epoch(batch_size) == 0:
@@ -70,7 +74,7 @@ class TokenBlocks:
         epoch, index = self.position(step, batch_size)
         per_rank = batch_size // world_size
         start = index * batch_size + rank * per_rank
-        return self.train[self._order(epoch, seed)[start : start + per_rank]].long()
+        return self._order(epoch, seed)[start : start + per_rank]
 
     def _order(self, epoch: int, seed: int) -> torch.Tensor:
         if self._order_cache is None or self._order_cache[0] != (seed, epoch):

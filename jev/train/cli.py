@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jev.command import MODEL_HELP, model_folder
+from jev.command import MODEL_HELP, add_weights_option, model_folder
 from jev.data.examples import ROW_FORMAT
 from jev.decide.prompt import RENDERINGS
 from jev.generate.drafters.dspark import DSparkConfig
@@ -223,6 +223,12 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--anchors", type=int, default=dspark.anchors, help="(dspark) drafted blocks trained per text block and step"
     )
+    add_weights_option(parser)
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, default="auto",
+        help="(dspark) arithmetic of the steps: auto is bfloat16 autocast where the CPU has native bfloat16 "
+        "(AVX-512 BF16, AMX), else float32 (default: %(default)s)",
+    )
     defaults = DrafterSettings(target=Path(), texts=[], out=Path(), config=ModelConfig())
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
@@ -257,6 +263,9 @@ def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
         positions=args.positions,
         markov_rank=0 if args.no_markov else args.markov_rank,
     )
-    settings = DSparkSettings(config=config, anchors=args.anchors, **_shared(args))
+    settings = DSparkSettings(
+        config=config, anchors=args.anchors, weights=args.weights, autocast=resolve_autocast(args.precision),
+        **_shared(args),
+    )
     print(f"wrote the DSpark drafter to {distill_dspark(settings)}")
     return 0

@@ -1,12 +1,13 @@
 """`jev train drafter --kind dspark`: distil a DSpark drafter on the target's outputs and calibrate it.
 
-Each step runs the frozen target over a batch of text blocks once and picks `anchors` positions i
-per block. From the target's hidden state at i - 1 and token t_i the drafter predicts positions
-i + 1 .. i + K; position j is trained towards the target's own distribution there by
-KL(p_target || q_drafter), with the text's t_{i+j-1} as the Markov head's previous token (teacher
-forcing, as the AR drafter reads the text). The confidence head learns, by binary cross-entropy,
-DSpark's label c* = sum_v min(p, q) = 1 - TV(p, q), the chance position j is accepted when the
-ones before it were.
+The frozen target reads every training block once, before the first step, and its final hidden
+states are kept (bfloat16 under autocast): a step then runs only the drafter and the target's LM
+head, not the target's layers. Each step picks `anchors` positions i per block of its batch. From
+the target's hidden state at i - 1 and token t_i the drafter predicts positions i + 1 .. i + K;
+position j is trained towards the target's own distribution there by KL(p_target || q_drafter),
+with the text's t_{i+j-1} as the Markov head's previous token (teacher forcing, as the AR drafter
+reads the text). The confidence head learns, by binary cross-entropy, DSpark's label
+c* = sum_v min(p, q) = 1 - TV(p, q), the chance position j is accepted when the ones before it were.
 
 Calibration then drafts for real on held-out blocks (T = 1, the Markov head reading the drafted
 tokens), verifies each block with the target and records which prefixes the accept rule keeps.
@@ -16,7 +17,7 @@ drafter as plain numbers.
 """
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from jev.calibration.metrics import equal_width_bins
 from jev.generate.accept import SamplingSettings, accept_ratio, warp
 from jev.generate.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
 from jev.model import Model
+from jev.model.precision import bfloat16_autocast, native_bfloat16
+from jev.model.weights import Weights, store_weights
 from jev.train.corpus import describe_source
 from jev.train.drafter import DistillSettings
 from jev.train.optim import build_optimizer, lr_at
@@ -46,6 +49,10 @@ class DSparkSettings(DistillSettings):
     anchors: int = 16
     calibration_blocks: int = 64
     calibration_stride: int = 4
+    # The target's stored weights for its one-off pass and the calibration (`jev.model.weights`), and
+    # bfloat16 autocast for the steps (None: where the CPU computes in bfloat16 natively).
+    weights: Weights = "auto"
+    autocast: bool | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -69,24 +76,38 @@ def init_head(head: DSparkHead, std: float = 0.02) -> None:
         nn.init.zeros_(head.markov_out.weight)
 
 
+def target_states(target: Model, blocks: torch.Tensor, rows: int, dtype: torch.dtype) -> torch.Tensor:
+    """The target's final hidden states `[N, T, D]` over `blocks [N, T]`, `rows` blocks a pass, kept in `dtype`."""
+    states = torch.empty(*blocks.shape, target.config.hidden_size, dtype=dtype)
+    with torch.inference_mode():
+        for start in tqdm(range(0, len(blocks), rows), desc="target states", unit="pass"):
+            states[start : start + rows] = target.hidden_states(blocks[start : start + rows].long()).to(dtype)
+    return states
+
+
 def dspark_loss(
-    head: DSparkHead, target: Model, inputs: torch.Tensor, anchors: int, generator: torch.Generator
+    head: DSparkHead,
+    lm_head: nn.Module,
+    embed: nn.Module,
+    inputs: torch.Tensor,
+    hidden: torch.Tensor,
+    anchors: int,
+    generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """KL(p_target || q) and the confidence head's loss over random anchors of `inputs [B, T]`, and
-    the label c* `[positions]` (mean acceptance per drafted position, T = 1)."""
+    the label c* `[positions]` (mean acceptance per drafted position, T = 1).
+
+    `hidden [B, T, D]` is the target's final hidden states over `inputs`; `lm_head` and `embed` are its
+    head and embeddings, so p_target is `softmax(lm_head(hidden))` at the drafted positions."""
     k = head.config.positions
-    with torch.no_grad():
-        hidden = target.hidden_states(inputs)
-        target_log = F.log_softmax(target.lm_head(hidden).float(), dim=-1)
     batch, length = inputs.shape
     starts = torch.randint(1, length - k + 1, (batch, anchors), generator=generator)
     rows = torch.arange(batch).view(-1, 1)
     offsets = starts.unsqueeze(-1) + torch.arange(k)
     previous = inputs[rows.unsqueeze(-1), offsets].flatten(0, 1)
-    p_log = target_log[rows.unsqueeze(-1), offsets].flatten(0, 1)
-    logits, acceptance = head(
-        hidden[rows, starts - 1].flatten(0, 1), target.embed(previous[:, 0]), previous, target.lm_head
-    )
+    with torch.no_grad():
+        p_log = F.log_softmax(lm_head(hidden[rows.unsqueeze(-1), offsets].flatten(0, 1)).float(), dim=-1)
+    logits, acceptance = head(hidden[rows, starts - 1].flatten(0, 1), embed(previous[:, 0]), previous, lm_head)
     q_log = F.log_softmax(logits.float(), dim=-1)
     kl = (p_log.exp() * (p_log - q_log)).sum(-1).mean()
     label = torch.minimum(p_log.exp(), q_log.detach().exp()).sum(-1).clamp(0, 1)
@@ -159,6 +180,14 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     target, _, data = settings.load()
     if len(data.held_out) == 0:
         raise ValueError("the corpus gives no held-out block to calibrate the confidence head on: add text")
+    # The float32 head and embeddings train the drafter; storing the weights replaces the target's head.
+    lm_head, embed = target.lm_head, target.backbone.embed_tokens
+    store_weights(target, settings.weights)
+    autocast = native_bfloat16() if settings.autocast is None else settings.autocast
+    settings = replace(settings, weights=target.weights, autocast=autocast)
+    states = target_states(
+        target, data.train[:, :-1], settings.batch_size, torch.bfloat16 if autocast else torch.float32
+    )
     torch.manual_seed(settings.seed)
     head = DSparkHead(settings.config)
     init_head(head)
@@ -170,8 +199,11 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     for step in tqdm(range(settings.steps), desc="train drafter", unit="step"):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings.lr, settings.warmup, settings.steps)
-        blocks = data.batch(step, settings.batch_size, settings.seed)
-        kl, confidence, label = dspark_loss(head, target, blocks[:, :-1], settings.anchors, generator)
+        index = data.batch_indices(step, settings.batch_size, settings.seed)
+        with bfloat16_autocast(autocast):
+            kl, confidence, label = dspark_loss(
+                head, lm_head, embed, data.train[index, :-1].long(), states[index], settings.anchors, generator
+            )
         (kl + confidence).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
@@ -206,6 +238,8 @@ def _provenance(
         "anchors": settings.anchors,
         "lr": settings.lr,
         "seed": settings.seed,
+        "weights": settings.weights,
+        "autocast": settings.autocast,
         "first_kl": losses[0],
         "final_kl": sum(recent) / len(recent),
         "train_acceptance_by_position_t1": recent_acceptance.tolist(),
