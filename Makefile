@@ -19,7 +19,7 @@ JOBS   ?= 2
 
 JEV    := $(VENV)/bin/jev
 CONVERTED := runs/smollm2-mla
-BACKBONE  := $(CONVERTED)-sparse
+BACKBONE  := $(CONVERTED)-long
 DATA   := data
 MODEL  ?= models/default
 HOST   ?= 127.0.0.1
@@ -89,7 +89,7 @@ FROZEN_LAYERS ?= 27
 TASKS  := --task schemas.mail:TASK --data $(DATA)/mail/train.jsonl --valid $(DATA)/mail/valid.jsonl \
 	--task schemas.chat:TASK --data $(DATA)/chat/train.jsonl --valid $(DATA)/chat/valid.jsonl
 $(BACKBONE)/config.json:
-	$(MAKE) base-model base-model-long base-model-sparse
+	$(MAKE) base-model base-model-long
 default-model: $(STAMP) $(DATA)/mail/test.jsonl $(BACKBONE)/config.json
 	rm -rf models/default
 	$(JEV) train decide --base $(BACKBONE) --out models/default --frozen-layers $(FROZEN_LAYERS) --frozen-mlps \
@@ -122,18 +122,18 @@ base-model-long: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) convert --init $(CONVERTED) --out $(CONVERTED)-long --threads $(JOBS) --seed 1 --transfer-steps 0 \
 		--distill-steps 90 --indexer-steps 60 --corpus $(HEAL_CORPUS)
 
-# DSA's sparse stage, the shipped backbone: 60 more indexer steps on base-model-long's folder, then
-# 100 distillation steps with the indexers selecting (2 x 1024-token rows). With native bfloat16
-# about 25 more minutes, the whole chain from nothing about 58 (docs/conversion.md has what each
-# stage buys).
-base-model-sparse: $(STAMP) $(DATA)/mail/test.jsonl
+# DSA's sparse stage: 60 more indexer steps on base-model-long's folder (built first when missing),
+# then 100 distillation steps with the indexers selecting (2 x 1024-token rows). With native
+# bfloat16 about 26 more minutes, the whole chain from nothing about 59 (docs/conversion.md has what
+# each stage buys; the decider fine-tuned on it was no better, docs/training.md).
+base-model-sparse: $(STAMP) $(DATA)/mail/test.jsonl $(BACKBONE)/config.json
 	$(JEV) convert --init $(CONVERTED)-long --out $(CONVERTED)-indexer --threads $(JOBS) --seed 3 --transfer-steps 0 \
 		--distill-steps 0 --indexer-steps 60 --corpus $(HEAL_CORPUS)
 	$(JEV) convert --init $(CONVERTED)-indexer --out $(CONVERTED)-sparse --threads $(JOBS) --seed 2 --transfer-steps 0 \
 		--distill-steps 0 --indexer-steps 0 --sparse-steps 100 --corpus $(HEAL_CORPUS)
 
 bench-convert: $(STAMP) $(DATA)/mail/test.jsonl
-	$(PY) -m benchmarks.convert --model $(CONVERTED) $(wildcard $(CONVERTED)-long $(CONVERTED)-indexer $(CONVERTED)-sparse) --data $(DATA)
+	$(PY) -m benchmarks.convert --model $(CONVERTED) $(wildcard $(CONVERTED)-long $(CONVERTED)-sparse) --data $(DATA)
 
 clean-venv:
 	rm -rf $(VENV)
