@@ -1,13 +1,14 @@
 """`jev train drafter --kind dspark`: distil a DSpark drafter on the target's outputs and calibrate it.
 
-The frozen target reads every training block once, before the first step, and its final hidden
-states are kept (bfloat16 under autocast): a step then runs only the drafter and the target's LM
-head, not the target's layers. Each step picks `anchors` positions i per block of its batch. From
-the target's hidden state at i - 1 and token t_i the drafter predicts positions i + 1 .. i + K;
-position j is trained towards the target's own distribution there by KL(p_target || q_drafter),
-with the text's t_{i+j-1} as the Markov head's previous token (teacher forcing, as the AR drafter
-reads the text). The confidence head learns, by binary cross-entropy, DSpark's label
-c* = sum_v min(p, q) = 1 - TV(p, q), the chance position j is accepted when the ones before it were.
+The frozen target reads each training block the run will use once, before the first step, and its
+final hidden states are kept (bfloat16 under autocast): a step then runs only the drafter and the
+target's LM head, not the target's layers, and a block read again in a later epoch costs no more.
+Each step picks `anchors` positions i per block of its batch. From the target's hidden state at
+i - 1 and token t_i the drafter predicts positions i + 1 .. i + K; position j is trained towards the
+target's own distribution there by KL(p_target || q_drafter), with the text's t_{i+j-1} as the
+Markov head's previous token (teacher forcing, as the AR drafter reads the text). The confidence
+head learns, by binary cross-entropy, DSpark's label c* = sum_v min(p, q) = 1 - TV(p, q), the chance
+position j is accepted when the ones before it were.
 
 Calibration then drafts for real on held-out blocks (T = 1, the Markov head reading the drafted
 tokens), verifies each block with the target and records which prefixes the accept rule keeps.
@@ -185,9 +186,13 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     store_weights(target, settings.weights)
     autocast = native_bfloat16() if settings.autocast is None else settings.autocast
     settings = replace(settings, weights=target.weights, autocast=autocast)
-    states = target_states(
-        target, data.train[:, :-1], settings.batch_size, torch.bfloat16 if autocast else torch.float32
-    )
+    # Only the blocks the steps will read: a short run reads a small part of a large corpus.
+    used = torch.cat([data.batch_indices(step, settings.batch_size, settings.seed) for step in range(settings.steps)])
+    used = used.unique()
+    row_of = torch.full((len(data.train),), -1, dtype=torch.int64)
+    row_of[used] = torch.arange(len(used))
+    dtype = torch.bfloat16 if autocast else torch.float32
+    states = target_states(target, data.train[used, :-1], settings.batch_size, dtype)
     torch.manual_seed(settings.seed)
     head = DSparkHead(settings.config)
     init_head(head)
@@ -202,7 +207,7 @@ def distill_dspark(settings: DSparkSettings) -> Path:
         index = data.batch_indices(step, settings.batch_size, settings.seed)
         with bfloat16_autocast(autocast):
             kl, confidence, label = dspark_loss(
-                head, lm_head, embed, data.train[index, :-1].long(), states[index], settings.anchors, generator
+                head, lm_head, embed, data.train[index, :-1].long(), states[row_of[index]], settings.anchors, generator
             )
         (kl + confidence).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
