@@ -19,6 +19,7 @@ from jev.generate.loop import TargetState, generate
 from jev.generate.scheduler import LoadAwareScheduler, VerifyProfile
 from jev.model import LatentCache, Model
 from jev.ragged import pad_rows
+from jev.schema import JevError
 from jev.tokenizer import save_tokenizer
 from jev.train.dspark import (
     acceptance_outcomes,
@@ -460,6 +461,15 @@ def test_no_markov_flag_trains_the_parallel_only_ablation(trained: Path) -> None
     provenance = json.loads((trained / "parallel" / "drafter.json").read_text())
     assert provenance["markov"] is False and provenance["config"]["markov_rank"] == 0
     assert not hasattr(load_drafter(trained / "parallel", Model.from_pretrained(trained / "target")).head, "markov_in")
+
+
+def test_weights_and_precision_are_refused_for_the_autoregressive_kind(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        ["train", "drafter", "--target", str(tmp_path), "--corpus", str(tmp_path), "--out", str(tmp_path / "d"),
+         "--weights", "fp16"]
+    )
+    with pytest.raises(JevError, match="apply to --kind dspark only"):
+        args.func(args)
 
 
 def test_a_given_cache_with_its_hidden_states_drafts_from_the_first_round(target: Model) -> None:

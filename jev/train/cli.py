@@ -238,6 +238,8 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run_drafter)
 
 def _run_drafter(args: argparse.Namespace) -> int:
+    if args.kind != "dspark" and (args.weights, args.precision) != ("auto", "auto"):
+        raise JevError("--weights and --precision apply to --kind dspark only")
     target_config = ModelConfig.load(args.target)
     if args.task:
         args.corpus = AnswerDocuments(args.task, args.corpus)
