@@ -10,7 +10,7 @@ matrix products themselves. Three stored forms halve float32's bytes per product
   normed input to the branch's output (the residual stream stays float32); a pass that extends a
   cache returns each product to float32. Where the CPU multiplies bfloat16 in hardware (AVX-512
   BF16, AMX) a decision pass is two to three times as fast as fp16's, but plain decoding runs at about
-  0.86x fp16's speed and a probability moves about ten times as far (`docs/benchmarks.md`);
+  0.85x fp16's speed and a probability moves about ten times as far (`docs/benchmarks.md`);
   elsewhere bfloat16 is emulated and slow.
 - `mixed`: both, so each pass takes the form that is fast for it: passes over fresh sequences
   (decisions, prompts) multiply in bfloat16, passes that extend a cache (decoding, verifying drafts)

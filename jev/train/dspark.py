@@ -108,10 +108,11 @@ def dspark_loss(
     previous = inputs[rows.unsqueeze(-1), offsets].flatten(0, 1)
     with torch.no_grad():
         p_log = F.log_softmax(lm_head(hidden[rows.unsqueeze(-1), offsets].flatten(0, 1)).float(), dim=-1)
+        p = p_log.exp()
     logits, acceptance = head(hidden[rows, starts - 1].flatten(0, 1), embed(previous[:, 0]), previous, lm_head)
     q_log = F.log_softmax(logits.float(), dim=-1)
-    kl = (p_log.exp() * (p_log - q_log)).sum(-1).mean()
-    label = torch.minimum(p_log.exp(), q_log.detach().exp()).sum(-1).clamp(0, 1)
+    kl = (p * (p_log - q_log)).sum(-1).mean()
+    label = torch.minimum(p, q_log.detach().exp()).sum(-1).clamp(0, 1)
     confidence = F.binary_cross_entropy_with_logits(acceptance.float(), label)
     return kl, confidence, label.mean(0)
 
@@ -186,11 +187,10 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     store_weights(target, settings.weights)
     autocast = native_bfloat16() if settings.autocast is None else settings.autocast
     settings = replace(settings, weights=target.weights, autocast=autocast)
-    # Only the blocks the steps will read: a short run reads a small part of a large corpus.
-    used = torch.cat([data.batch_indices(step, settings.batch_size, settings.seed) for step in range(settings.steps)])
-    used = used.unique()
-    row_of = torch.full((len(data.train),), -1, dtype=torch.int64)
-    row_of[used] = torch.arange(len(used))
+    # Only the blocks the steps will read (a short run reads a small part of a large corpus); `rows`
+    # holds each step's blocks as rows of `states`.
+    order = [data.batch_indices(step, settings.batch_size, settings.seed) for step in range(settings.steps)]
+    used, rows = torch.cat(order).unique(return_inverse=True)
     dtype = torch.bfloat16 if autocast else torch.float32
     states = target_states(target, data.train[used, :-1], settings.batch_size, dtype)
     torch.manual_seed(settings.seed)
@@ -204,11 +204,10 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     for step in tqdm(range(settings.steps), desc="train drafter", unit="step"):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings.lr, settings.warmup, settings.steps)
-        index = data.batch_indices(step, settings.batch_size, settings.seed)
+        inputs = data.train[order[step], :-1].long()
+        hidden = states[rows[step * settings.batch_size : (step + 1) * settings.batch_size]]
         with bfloat16_autocast(autocast):
-            kl, confidence, label = dspark_loss(
-                head, lm_head, embed, data.train[index, :-1].long(), states[row_of[index]], settings.anchors, generator
-            )
+            kl, confidence, label = dspark_loss(head, lm_head, embed, inputs, hidden, settings.anchors, generator)
         (kl + confidence).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
