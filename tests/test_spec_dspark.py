@@ -144,7 +144,7 @@ def test_q_is_exactly_what_each_token_was_drawn_from(target: Model) -> None:
     uniforms = torch.rand(6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     draft = spark.draft(hidden, pending, settings, uniforms)
     previous = torch.cat((pending.view(-1, 1), draft.tokens[:, :-1]), dim=1)
-    logits, _ = spark.head(hidden, target.embed(pending), previous, target.lm_head)
+    logits, _ = spark.head(hidden, target.embed(previous), target.lm_head)
     q = warp(logits, settings)
     torch.testing.assert_close(draft.probs, q, rtol=0, atol=1e-12)
     for j in range(4):
@@ -198,8 +198,9 @@ def test_without_the_markov_head_q_is_the_parallel_stage_alone(target: Model) ->
     second = spark.draft(hidden, pending, settings, uniforms)
     assert bool((first.tokens[:, 0] != second.tokens[:, 0]).any())
     assert torch.equal(first.probs, second.probs)
-    base = spark.head.decode(spark.head.block(hidden, target.embed(pending))[:, :3], target.lm_head)
-    assert torch.equal(spark.head.logits(base, first.tokens), base)
+    outputs = spark.head.decode(spark.head.block(hidden, target.embed(pending))[:, :3])
+    base = target.lm_head(outputs)
+    assert torch.equal(spark.head.logits(outputs, target.embed(first.tokens), target.lm_head), base)
     assert torch.equal(first.probs, warp(base, settings))
 
 
@@ -220,7 +221,7 @@ def test_the_loss_reads_the_target_at_each_drafted_position_from_states_kept_onc
     for row, start in ((b, int(s)) for b in range(len(inputs)) for s in starts[b]):
         tokens = inputs[row, start : start + k]
         hidden = target.hidden_states(inputs[row : row + 1, :start])[:, -1]
-        logits, _ = head(hidden, target.embed(tokens[:1]), tokens.unsqueeze(0), target.lm_head)
+        logits, _ = head(hidden, target.embed(tokens.unsqueeze(0)), target.lm_head)
         q_log, p = torch.log_softmax(logits[0], dim=-1), p_log[row, start : start + k]
         kls.append((p.exp() * (p - q_log)).sum(-1))
         accepted.append(torch.minimum(p.exp(), q_log.exp()).sum(-1))
@@ -373,7 +374,7 @@ class MarkovlessQ(DSparkDrafter):
     def draft(self, hidden, pending, settings, uniforms):
         honest = super().draft(hidden, pending, settings, uniforms)
         states = self.head.block(hidden, self.target.embed(pending))[:, : uniforms.shape[1]]
-        return Draft(honest.tokens, warp(self.head.decode(states, self.target.lm_head), settings), honest.survival)
+        return Draft(honest.tokens, warp(self.target.lm_head(self.head.decode(states)), settings), honest.survival)
 
 
 def test_a_misreported_q_is_caught() -> None:

@@ -109,7 +109,7 @@ def dspark_loss(
     with torch.no_grad():
         p_log = F.log_softmax(lm_head(hidden[rows.unsqueeze(-1), offsets].flatten(0, 1)).float(), dim=-1)
         p = p_log.exp()
-    logits, acceptance = head(hidden[rows, starts - 1].flatten(0, 1), embed(previous[:, 0]), previous, lm_head)
+    logits, acceptance = head(hidden[rows, starts - 1].flatten(0, 1), embed(previous), lm_head)
     q_log = F.log_softmax(logits.float(), dim=-1)
     kl = (p * (p_log - q_log)).sum(-1).mean()
     label = torch.minimum(p, q_log.detach().exp()).sum(-1).clamp(0, 1)

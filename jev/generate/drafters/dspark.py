@@ -2,8 +2,10 @@
 
 One parallel pass turns the target's final hidden state at the last committed position and the
 pending token's embedding into K position-specific states, decoded through the target's own frozen
-lm_head. A low-rank Markov head then adds `U[x_{j-1}] @ V` to position j's logits, so the only
-sequential part of drafting is a loop over K vocabulary-sized vectors, not K network passes. A
+lm_head. A low-rank Markov head adds `B A e(x_{j-1})` to position j's state before that lm_head, where
+e is the target's embedding: with tied embeddings a bigram term `e_v . B A e_u` with no
+vocabulary-sized table of its own. The only sequential part of drafting is then K lm_head products
+of one row each, not K network passes. A
 confidence head estimates each position's acceptance from what exists before x_j is drawn (its
 state, x_{j-1} and q_j); the survival estimate is the running product, passed through an isotonic
 map fitted on held-out acceptance outcomes. The map is monotone, so survival stays non-increasing.
@@ -96,8 +98,8 @@ class DSparkHead(nn.Module):
         self.out = nn.Linear(w, d, bias=False)
         self.out_norm = RMSNorm(d, config.rms_norm_eps)
         if r:
-            self.markov_in = nn.Embedding(config.vocab_size, r)
-            self.markov_out = nn.Linear(r, config.vocab_size, bias=False)
+            self.markov_in = nn.Linear(d, r, bias=False)
+            self.markov_out = nn.Linear(r, d, bias=False)
         self.confidence = nn.Sequential(nn.Linear(w + r + 2, w), nn.SiLU(), nn.Linear(w, 1))
 
     @property
@@ -113,18 +115,19 @@ class DSparkHead(nn.Module):
             x = layer(x)
         return x
 
-    def decode(self, states: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        """Position states `[..., width]` -> the parallel stage's logits `[..., V]` through the target's head."""
-        return lm_head(self.out_norm(self.out(states)))
+    def decode(self, states: torch.Tensor) -> torch.Tensor:
+        """Position states `[..., width]` -> the parallel stage's outputs `[..., D]`, what the target's head reads."""
+        return self.out_norm(self.out(states))
 
-    def logits(self, base: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
-        """Add the Markov bias `U[previous] @ V` to `base [..., V]`; exactly `base` without a Markov head."""
-        return base + self.markov_out(self.markov_in(previous)) if self.markov else base
+    def logits(self, outputs: torch.Tensor, previous: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        """`lm_head(outputs + B A previous)` `[..., V]`, `previous [..., D]` being x_{j-1}'s embedding;
+        exactly `lm_head(outputs)` without a Markov head."""
+        return lm_head(outputs + self.markov_out(self.markov_in(previous)) if self.markov else outputs)
 
     def acceptance_logit(self, states: torch.Tensor, previous: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """The confidence head: logit of P(x_j accepted | x_<j accepted) `[...]`.
 
-        It reads position j's state, x_{j-1} and q_j = softmax(logits_j) (its top probability and
+        It reads position j's state, x_{j-1}'s embedding `previous` and q_j = softmax(logits_j) (its top probability and
         entropy), all known before x_j is drawn. Its inputs are detached: calibration training
         never moves the drafter itself.
         """
@@ -134,12 +137,12 @@ class DSparkHead(nn.Module):
         return self.confidence(torch.cat([*parts, spread], dim=-1).detach()).squeeze(-1)
 
     def forward(
-        self, hidden: torch.Tensor, token_embedding: torch.Tensor, previous: torch.Tensor, lm_head: nn.Module
+        self, hidden: torch.Tensor, previous: torch.Tensor, lm_head: nn.Module
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher-forced: `previous [N, K]` is the token before each position (the pending token,
-        then x_1..x_{K-1}) -> logits `[N, K, V]` and acceptance logits `[N, K]`."""
-        states = self.block(hidden, token_embedding)[:, : previous.shape[1]]
-        logits = self.logits(self.decode(states, lm_head), previous)
+        """Teacher-forced: `previous [N, K, D]` embeds the token before each position (the pending
+        token, then x_1..x_{K-1}) -> logits `[N, K, V]` and acceptance logits `[N, K]`."""
+        states = self.block(hidden, previous[:, 0])[:, : previous.shape[1]]
+        logits = self.logits(self.decode(states), previous, lm_head)
         return logits, self.acceptance_logit(states, previous, logits)
 
 
@@ -218,24 +221,27 @@ class DSparkDrafter:
     ) -> Draft:
         """`K = uniforms.shape[1]` drafts after `pending [B]`, given the target state `hidden [B, D]` before it.
 
-        x_j is drawn with `sample_from(q_j, uniforms[:, j])`, q_j = warp(base_j + Markov(x_{j-1})) with
-        the request's settings; survival entry j is fixed before that draw.
+        x_j is drawn with `sample_from(q_j, uniforms[:, j])`, q_j = warp(lm_head(output_j + Markov(x_{j-1})))
+        with the request's settings; survival entry j is fixed before that draw. Without a Markov head
+        the K positions go through the lm_head as one product.
         """
         k = uniforms.shape[1]
         if not 1 <= k <= self.max_draft_len:
             raise ValueError(f"this drafter drafts 1 to {self.max_draft_len} tokens per round, not {k}")
         device = self.target.device
-        previous = pending.to(device)
-        states = self.head.block(hidden.to(device), self.target.embed(previous))[:, :k]
-        base = self.head.decode(states, self.target.lm_head)
+        previous = self.target.embed(pending.to(device))
+        states = self.head.block(hidden.to(device), previous)[:, :k]
+        outputs, lm_head = self.head.decode(states), self.target.lm_head
+        parallel = None if self.head.markov else self.head.logits(outputs, previous, lm_head)
         self.passes += 1
         tokens, probs, acceptance = [], [], []
         for j in range(k):
-            logits = self.head.logits(base[:, j], previous)
+            logits = self.head.logits(outputs[:, j], previous, lm_head) if parallel is None else parallel[:, j]
             acceptance.append(torch.sigmoid(self.head.acceptance_logit(states[:, j], previous, logits).double()))
             q = warp(logits, settings)
-            previous = sample_from(q, uniforms[:, j].to(device))
-            tokens.append(previous)
+            token = sample_from(q, uniforms[:, j].to(device))
+            previous = self.target.embed(token)
+            tokens.append(token)
             probs.append(q)
         survival = self.calibrated(torch.stack(acceptance, dim=1).cumprod(dim=1))
         return Draft(
