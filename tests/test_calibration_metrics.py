@@ -17,6 +17,7 @@ from jev.calibration import (
     classwise_ece,
     ece,
     ece_equal_mass,
+    ece_floor,
     field_report,
     macro_f1,
     mce,
@@ -217,6 +218,24 @@ def test_field_report_has_every_metric_with_its_interval() -> None:
         expected = bootstrap_ci(fn, probs, y, n_boot=30, seed=2)._asdict()
         assert entry == pytest.approx(expected, rel=1e-12, abs=1e-15)
         assert entry["low"] <= entry["high"]
+
+
+def test_ece_floor_matches_the_exact_binomial_expectation() -> None:
+    """Every row is [0.7, 0.3]: one bin, top label 0, so ECE = |k/n - 0.7| with k ~ Binomial(n, 0.7)
+    labels 0; its expectation by exact enumeration over k."""
+    n = 40
+    exact = sum(math.comb(n, k) * 0.7**k * 0.3 ** (n - k) * abs(k / n - 0.7) for k in range(n + 1))
+    floor = ece_floor(np.tile([0.7, 0.3], (n, 1)), n_draws=4000, seed=3)
+    assert abs(floor.value - exact) < 0.004
+    assert floor.low < exact < floor.high
+    assert floor == ece_floor(np.tile([0.7, 0.3], (n, 1)), n_draws=4000, seed=3)
+
+
+def test_ece_floor_is_zero_for_certain_probabilities_and_shrinks_with_rows() -> None:
+    assert ece_floor(np.eye(3)[[0, 2, 1, 1]]).high == 0.0
+    rng = np.random.default_rng(0)
+    probs = _softmax(rng.normal(size=(4000, 5)) * 2)
+    assert ece_floor(probs[:4000]).value < 0.5 * ece_floor(probs[:250]).value
 
 
 def test_metrics_refuse_bad_inputs() -> None:

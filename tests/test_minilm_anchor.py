@@ -229,4 +229,4 @@ def test_accuracy_benchmark_scores_both_anchors_beside_jev(decider: Decider, tmp
     assert results["mailing_list"]["minilm_calibrated"] is None  # the fixtures never label a mailing list
     assert results["reply"]["minilm_calibrated"] is not None
     table = render({"mail": results}, Path("m")).splitlines()
-    assert len(table) == 4 + 3 and all(line.count("|") == 8 for line in table[2:])
+    assert len(table) == 4 + 3 and all(line.count("|") == 9 for line in table[2:])

@@ -192,6 +192,27 @@ def bootstrap_ci(
     return _interval(metric_fn(dist, labels), replicates, alpha)
 
 
+def ece_floor(
+    probs: object, n_draws: int = 200, alpha: float = 0.1, seed: int = 0, n_bins: int = N_BINS
+) -> ConfidenceInterval:
+    """The ECE that perfectly calibrated probabilities still show on this many rows: the mean, and a
+    central 1 - alpha interval, of `ece(probs, y)` over labels y drawn from `probs` itself.
+
+    ECE is biased upwards on a finite sample, the more so the more its confidences spread over
+    bins: a measured ECE inside this interval is no evidence of miscalibration, and a goal below
+    it cannot be told apart from noise at this sample size.
+    """
+    dist = check_distribution(probs)
+    dist = dist / dist.sum(axis=1, keepdims=True)
+    if n_draws < 1 or not 0.0 < alpha < 1.0:
+        raise ValueError(f"need n_draws >= 1 and 0 < alpha < 1, got n_draws={n_draws}, alpha={alpha}")
+    uniforms = np.random.default_rng(seed).random((n_draws, dist.shape[0], 1))
+    cumulative = np.cumsum(dist, axis=1)
+    draws = np.minimum((uniforms >= cumulative).sum(axis=2), dist.shape[1] - 1)
+    replicates = [ece(dist, labels, n_bins) for labels in draws]
+    return _interval(float(np.mean(replicates)), replicates, alpha)
+
+
 def field_report(probs: object, y: object, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0) -> dict[str, Any]:
     """Every metric in `METRICS` with its bootstrap interval, as plain JSON numbers."""
     dist, labels = _checked(probs, y)
