@@ -103,7 +103,7 @@ default-model: $(STAMP) $(DATA)/mail/test.jsonl $(BACKBONE)/config.json
 	$(JEV) report --model models/default --task chat --data $(DATA)/chat/test.jsonl --out docs/calibration/chat \
 		--baseline-train $(DATA)/chat/train.jsonl --baseline-calib $(DATA)/chat/calib.jsonl
 	$(JEV) train drafter --kind dspark --target models/default --task schemas.mail:TASK \
-		--corpus $(DATA)/mail/train.jsonl --out models/default/drafter --steps 1500 --markov-rank 128 \
+		--corpus $(DATA)/mail/train.jsonl --out models/default/drafter --steps 1500 --no-markov \
 		--hidden-size 256 --layers 1 --seed 0
 	$(JEV) pack --model models/default
 

@@ -50,7 +50,7 @@ class DSparkConfig:
     layers: int = 1
     heads: int = 4
     positions: int = 7
-    markov_rank: int = 128
+    markov_rank: int = 32
     rms_norm_eps: float = 1e-6
 
     @classmethod
