@@ -2,13 +2,13 @@
 
 One parallel pass turns the target's final hidden state at the last committed position and the
 pending token's embedding into K position-specific states, decoded through the target's own frozen
-lm_head. A low-rank Markov head adds `B A e(x_{j-1})` to position j's state before that lm_head, where
-e is the target's embedding: with tied embeddings a bigram term `e_v . B A e_u` with no
-vocabulary-sized table of its own. The only sequential part of drafting is then K lm_head products
-of one row each, not K network passes. A
-confidence head estimates each position's acceptance from what exists before x_j is drawn (its
-state, x_{j-1} and q_j); the survival estimate is the running product, passed through an isotonic
-map fitted on held-out acceptance outcomes. The map is monotone, so survival stays non-increasing.
+lm_head. An optional low-rank Markov head adds `B A e(x_{j-1})` to position j's state before that
+lm_head, e being the target's embedding: with tied embeddings, a bigram term `e_v . B A e_u` with no
+vocabulary-sized table of its own. The only sequential part of drafting is then one lm_head product
+per position, not K network passes. A confidence head estimates each position's acceptance from
+what exists before x_j is drawn (its state, x_{j-1} and q_j); the survival estimate is the running
+product, passed through an isotonic map fitted on held-out acceptance outcomes. The map is
+monotone, so survival stays non-increasing.
 
 The drafter keeps no cache: all it reads is the target's state, which `generate` hands over with
 `observe` after the prefill and after every verify pass. Its folder: `drafter.json` (kind "dspark"
@@ -127,8 +127,8 @@ class DSparkHead(nn.Module):
     def acceptance_logit(self, states: torch.Tensor, previous: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """The confidence head: logit of P(x_j accepted | x_<j accepted) `[...]`.
 
-        It reads position j's state, x_{j-1}'s embedding `previous` and q_j = softmax(logits_j) (its top probability and
-        entropy), all known before x_j is drawn. Its inputs are detached: calibration training
+        It reads position j's state, x_{j-1}'s embedding `previous` and q_j = softmax(logits_j) (its top
+        probability and entropy), all known before x_j is drawn. Its inputs are detached: calibration training
         never moves the drafter itself.
         """
         log_q = F.log_softmax(logits.float(), dim=-1)
