@@ -37,10 +37,15 @@ class ConfidenceInterval(NamedTuple):
     high: float
 
 
-def _checked(probs: object, y: object) -> tuple[np.ndarray, np.ndarray]:
-    """Rows renormalised to sum exactly to one, as `log_loss` insists, and checked labels."""
+def _normalised(probs: object) -> np.ndarray:
+    """Checked rows, renormalised to sum exactly to one, as `log_loss` insists."""
     dist = check_distribution(probs)
-    dist = dist / dist.sum(axis=1, keepdims=True)
+    return dist / dist.sum(axis=1, keepdims=True)
+
+
+def _checked(probs: object, y: object) -> tuple[np.ndarray, np.ndarray]:
+    """Normalised rows and checked labels."""
+    dist = _normalised(probs)
     return dist, check_labels(y, dist.shape[0], dist.shape[1])
 
 
@@ -202,8 +207,7 @@ def ece_floor(
     bins: a measured ECE inside this interval is no evidence of miscalibration, and a goal below
     it cannot be told apart from noise at this sample size.
     """
-    dist = check_distribution(probs)
-    dist = dist / dist.sum(axis=1, keepdims=True)
+    dist = _normalised(probs)
     if n_draws < 1 or not 0.0 < alpha < 1.0:
         raise ValueError(f"need n_draws >= 1 and 0 < alpha < 1, got n_draws={n_draws}, alpha={alpha}")
     uniforms = np.random.default_rng(seed).random((n_draws, dist.shape[0], 1))

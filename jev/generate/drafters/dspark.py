@@ -240,7 +240,7 @@ class DSparkDrafter:
             acceptance.append(torch.sigmoid(self.head.acceptance_logit(states[:, j], previous, logits).double()))
             q = warp(logits, settings)
             token = sample_from(q, uniforms[:, j].to(device))
-            previous = self.target.embed(token)
+            previous = self.target.embed(token) if self.head.markov else previous
             tokens.append(token)
             probs.append(q)
         survival = self.calibrated(torch.stack(acceptance, dim=1).cumprod(dim=1))
