@@ -68,6 +68,20 @@ def test_another_machine_measures_its_own_profile(folder, monkeypatch) -> None:
     assert measure.calls == 2
 
 
+def test_a_measurement_stores_where_the_cache_folder_was_when_it_started(folder, tmp_path, monkeypatch) -> None:
+    """A measurement still running when the cache folder changes (as between two tests) stores its
+    profile where it started, never in the new folder, where it would stand for an unmeasured machine."""
+    measure = GatedMeasure()
+    monkeypatch.setattr(VerifyProfile, "measure", measure)
+    decider = Decider.load(folder, tasks=[EXAMPLE_TASK])
+    started = profiles.cache_dir()
+    monkeypatch.setenv("JEV_CACHE_DIR", str(tmp_path / "later"))
+    measure.release.set()
+    assert decider.profiling.wait(30) is not None
+    assert len(list((started / "profiles").glob("*.json"))) == 1
+    assert not (tmp_path / "later").exists()
+
+
 def test_an_unreadable_stored_profile_is_measured_again(folder, monkeypatch) -> None:
     measure = GatedMeasure()
     measure.release.set()

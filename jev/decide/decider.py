@@ -38,7 +38,7 @@ from jev.decide.kinds import kind_of
 from jev.decide.prompt import check_rendering, framed
 from jev.generate.answer import AnswerTokens
 from jev.generate.drafters import Drafter, load_drafter
-from jev.generate.profiles import ProfileMeasurement, load_profile
+from jev.generate.profiles import ProfileMeasurement, load_profile, profile_file
 from jev.generate.scheduler import LoadAwareScheduler, VerifyPolicy
 from jev.generate.texts import TextSettings, WrittenTexts, cache_room, write_texts
 from jev.model import LatentCache, Model
@@ -141,12 +141,12 @@ class Decider:
         if self.drafter is None or self.policy is not None or self.profiling is not None:
             return
         context, width = self._profile_shape()
-        stored_id = None if self.model_id == UNSAVED else self.model_id
-        profile = load_profile(stored_id, self.model, context, width) if stored_id else None
+        file = None if self.model_id == UNSAVED else profile_file(self.model_id, self.model, context, width)
+        profile = load_profile(file) if file is not None else None
         if profile is not None:
             self.policy = LoadAwareScheduler(profile)
         else:
-            self.profiling = ProfileMeasurement(self.model, stored_id, self._compute, context, width)
+            self.profiling = ProfileMeasurement(self.model, file, self._compute, context, width)
 
     def _profile_shape(self) -> tuple[int, int]:
         """The cached context and verify row width the profile is measured at."""

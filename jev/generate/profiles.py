@@ -68,19 +68,18 @@ def profile_file(model_id: str, model: Model, context: int, width: int) -> Path:
     return cache_dir() / "profiles" / f"{model_id}-{machine_key(model)}-c{context}-w{width}.json"
 
 
-def load_profile(model_id: str, model: Model, context: int, width: int) -> VerifyProfile | None:
-    """The profile stored for this model on this machine, or None (none yet, or unreadable)."""
+def load_profile(file: Path) -> VerifyProfile | None:
+    """The profile stored in `file` (see `profile_file`), or None (none yet, or unreadable)."""
     try:
-        saved = json.loads(profile_file(model_id, model, context, width).read_text())
+        saved = json.loads(file.read_text())
         return VerifyProfile(tuple(saved["tokens"]), tuple(saved["steps_per_second"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def save_profile(model_id: str, model: Model, context: int, width: int, profile: VerifyProfile) -> None:
-    """Store `profile`, atomically (a reader sees the old file or the new one); a read-only cache
-    folder is not an error, the profile is then measured again next time."""
-    file = profile_file(model_id, model, context, width)
+def save_profile(file: Path, profile: VerifyProfile) -> None:
+    """Store `profile` in `file`, atomically (a reader sees the old file or the new one); a read-only
+    cache folder is not an error, the profile is then measured again next time."""
     saved = {"tokens": list(profile.tokens), "steps_per_second": list(profile.steps_per_second)}
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -113,27 +112,28 @@ class _StoppableLock:
 
 class ProfileMeasurement:
     """Measures a model's verify profile on a daemon thread, each timed pass under `lock`, and stores
-    it under `model_id` (None: a model never saved, whose profile is kept only in memory).
+    it in `file` (None: a model never saved, whose profile is kept only in memory). The file is named
+    when the measurement starts, so a cache folder changed meanwhile does not receive it.
 
     A process that exits meanwhile stops it after the pass under way (`stop`, run at exit): torch
     must not be running on a thread while the interpreter shuts down, and half a profile is not stored.
     """
 
     def __init__(
-        self, model: Model, model_id: str | None, lock: AbstractContextManager, context: int, width: int
+        self, model: Model, file: Path | None, lock: AbstractContextManager, context: int, width: int
     ) -> None:
         self.profile: VerifyProfile | None = None
         self.error: BaseException | None = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(
-            target=self._measure, args=(model, model_id, _StoppableLock(lock, self._stopped), context, width),
+            target=self._measure, args=(model, file, _StoppableLock(lock, self._stopped), context, width),
             name="jev-profile", daemon=True,
         )
         atexit.register(self.stop)
         self._thread.start()
 
     def _measure(
-        self, model: Model, model_id: str | None, lock: AbstractContextManager, context: int, width: int
+        self, model: Model, file: Path | None, lock: AbstractContextManager, context: int, width: int
     ) -> None:
         try:
             profile = VerifyProfile.measure(model, context=context, width=width, lock=lock)
@@ -144,8 +144,8 @@ class ProfileMeasurement:
             return
         finally:
             atexit.unregister(self.stop)  # nothing left to stop at exit
-        if model_id is not None:
-            save_profile(model_id, model, context, width, profile)
+        if file is not None:
+            save_profile(file, profile)
         self.profile = profile
 
     def wait(self, timeout: float | None = None) -> VerifyProfile | None:
