@@ -11,6 +11,11 @@ from tests.tiny import random_model, tiny_config
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+def on(n: int) -> torch.Tensor:
+    """`n` active sequences."""
+    return torch.ones(n, dtype=torch.bool)
+
+
 def flat_then_linear(knee: int) -> VerifyProfile:
     """Pass time constant up to `knee` tokens, then proportional to tokens (compute-bound)."""
     return VerifyProfile((1, knee, 4 * knee), (1.0, 1.0, 0.25))
@@ -27,34 +32,62 @@ def test_free_verification_admits_every_draft() -> None:
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
     survival = torch.tensor([[0.9, 0.5, 0.1], [0.8, 0.7, 0.6]], dtype=torch.float64)
     assert scheduler.verify_lengths(survival, torch.tensor([True, True])).tolist() == [3, 3]
-    assert scheduler.draft_depth(2, 3) == 3
+    assert scheduler.draft_depth(on(2), 3) == 3
 
 
 def test_compute_bound_verification_admits_nothing_and_skips_drafting() -> None:
     scheduler = LoadAwareScheduler(VerifyProfile((1, 2), (1.0, 0.5)))
-    assert scheduler.draft_depth(4, 5) == 0
+    assert scheduler.draft_depth(on(4), 5) == 0
     survival = torch.full((4, 5), 0.99, dtype=torch.float64)
     assert scheduler.verify_lengths(survival, torch.ones(4, dtype=torch.bool)).tolist() == [0, 0, 0, 0]
 
 
-def test_greedy_admission_by_survival_with_early_break() -> None:
-    """R = 2, knee at 3 tokens: one admission is free, the next costs 4/3 in pass time.
+def test_every_row_verifies_the_width_where_throughput_first_drops() -> None:
+    """R = 2, pass time flat to 4 positions, then +1/3 s a position (the rectangle: 2 rows x (1 + w)).
 
-    Candidates by survival: (0, 1) a=0.9, (1, 1) a=0.5, (0, 2) a=0.45. Admit 0.9 (B=3, Θ 2.9 > 2);
-    then 0.5 would give (3.4) * 3/4 = 2.55 < 2.9: stop, even though later candidates exist.
+    Θ(0) = 2 / 1; Θ(1) = (2 + 0.9 + 0.5) / 1 = 3.4: rises; Θ(2) = (3.4 + 0.45 + 0.1) / (1 + 2/3) =
+    2.37: drops, so both rows verify one draft, row 1 too, whose 0.5 costs nothing in the rectangle
+    that row 0's draft opens.
     """
-    scheduler = LoadAwareScheduler(VerifyProfile((1, 3, 4), (1.0, 1.0, 0.75)))
+    scheduler = LoadAwareScheduler(VerifyProfile((1, 4, 7), (1.0, 1.0, 0.5)))
     survival = torch.tensor([[0.9, 0.45], [0.5, 0.1]], dtype=torch.float64)
-    assert scheduler.verify_lengths(survival, torch.tensor([True, True])).tolist() == [1, 0]
+    assert scheduler.verify_lengths(survival, on(2)).tolist() == [1, 1]
 
 
-def test_draft_depth_bounds_every_verify_length() -> None:
+def reference_width(profile: VerifyProfile, survival: list[list[float]], rows: int) -> int:
+    """Θ's first drop by explicit loops: Θ(w) = (n + sum of survival up to column w) x SPS(rows (1 + w))."""
+    theta = []
+    for w in range(len(survival[0]) + 1):
+        tokens = len(survival) + sum(sum(row[:w]) for row in survival)
+        theta.append(tokens * profile.sps(rows * (1 + w)))
+        if w and theta[w] <= theta[w - 1]:
+            return w - 1
+    return len(survival[0])
+
+
+def test_verify_width_matches_an_explicit_loop_and_ignores_inactive_rows_survival() -> None:
     torch.manual_seed(0)
-    for knee in (2, 5, 9, 20):
-        scheduler = LoadAwareScheduler(flat_then_linear(knee))
+    for knee in (2, 5, 9, 20, 40):
+        profile = flat_then_linear(knee)
+        scheduler = LoadAwareScheduler(profile)
         survival = torch.rand(6, 5, dtype=torch.float64).sort(1, descending=True).values.cumprod(1)
-        lengths = scheduler.verify_lengths(survival, torch.ones(6, dtype=torch.bool))
-        assert int(lengths.max()) <= scheduler.draft_depth(6, 5)
+        active = torch.tensor([True, True, False, True, True, True])
+        expected = reference_width(profile, survival[active].tolist(), rows=6)
+        assert scheduler.verify_lengths(survival, active).tolist() == [expected] * 2 + [0] + [expected] * 3
+
+
+def test_draft_depth_picks_the_best_width_not_the_first_drop() -> None:
+    """A step in pass time at 2 positions, flat after it: one draft per row loses, three win."""
+    scheduler = LoadAwareScheduler(VerifyProfile((1, 2, 8), (1.0, 0.5, 0.5)))
+    assert scheduler.draft_depth(on(1), 3) == 3
+    assert scheduler.draft_depth(on(1), 1) == 0
+
+
+def test_inactive_rows_cost_their_place_in_the_pass() -> None:
+    """4 rows, 1 active, pass time flat to 4 positions then linear: a draft doubles the rectangle."""
+    scheduler = LoadAwareScheduler(flat_then_linear(4))
+    assert scheduler.draft_depth(on(1), 1) == 1
+    assert scheduler.draft_depth(torch.tensor([True, False, False, False]), 1) == 0
 
 
 def test_inactive_rows_verify_nothing() -> None:
@@ -95,38 +128,38 @@ def measured(survival: list[float], draft_seconds_per_token: float, drafted_rati
 
 
 def test_measured_drafting_cost_and_low_survival_turn_drafting_off() -> None:
-    assert LoadAwareScheduler(flat_then_linear(1000)).draft_depth(2, 3) == 3, "nothing measured: optimistic"
-    assert measured([0.99, 0.98, 0.97], 0.0).draft_depth(2, 3) == 3
-    assert measured([0.2, 0.04, 0.01], 0.5).draft_depth(2, 3) == 0, "2.5 tokens per 2.5 s < 2 tokens per s"
-    assert measured([0.2, 0.04, 0.01], 0.01).draft_depth(2, 3) == 3
+    assert LoadAwareScheduler(flat_then_linear(1000)).draft_depth(on(2), 3) == 3, "nothing measured: optimistic"
+    assert measured([0.99, 0.98, 0.97], 0.0).draft_depth(on(2), 3) == 3
+    assert measured([0.2, 0.04, 0.01], 0.5).draft_depth(on(2), 3) == 0, "2.5 tokens per 2.5 s < 2 tokens per s"
+    assert measured([0.2, 0.04, 0.01], 0.01).draft_depth(on(2), 3) == 2, "a third draft: 0.02 tokens for 0.01 s"
 
 
 def test_round_overhead_is_measured_per_kind_of_round() -> None:
     """A drafted round that really takes far longer than its bare target pass stops paying."""
-    assert measured([0.5, 0.25], 0.0).draft_depth(1, 2) == 2
+    assert measured([0.5, 0.25], 0.0).draft_depth(on(1), 2) == 2
     scheduler = measured([0.5, 0.25], 0.0, drafted_ratio=5.0)
-    assert scheduler.draft_depth(1, 2) == 0
+    assert scheduler.draft_depth(on(1), 2) == 0
     scheduler.verify_lengths(torch.tensor([[0.6, 0.3]], dtype=torch.float64), torch.tensor([True]))
     assert scheduler.expected_survival.tolist() == [0.6, 0.3] and scheduler.draft_seconds_per_token == 0.0
 
 
 def test_a_real_round_is_timed() -> None:
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
-    assert scheduler.draft_depth(1, 2) == 2
+    assert scheduler.draft_depth(on(1), 2) == 2
     scheduler.verify_lengths(torch.tensor([[0.9, 0.8]], dtype=torch.float64), torch.tensor([True]))
     assert scheduler.draft_seconds_per_token > 0
     scheduler.record(torch.tensor([2]), torch.tensor([1]))
     assert scheduler.round_ratio["drafted"] < 1.0, "a microsecond round against a 1 s profile"
-    assert scheduler.draft_depth(1, 2) == 2 and scheduler.round_ratio["plain"] == 1.0
+    assert scheduler.draft_depth(on(1), 2) == 2 and scheduler.round_ratio["plain"] == 1.0
 
 
 def test_observed_acceptance_overrides_the_drafters_optimism() -> None:
     """The drafter claims 0.9 survival; the accept rule accepted nothing in 8 rounds: stop drafting."""
     scheduler = measured([0.9, 0.8], 0.1)
-    assert scheduler.draft_depth(1, 2) == 2
+    assert scheduler.draft_depth(on(1), 2) == 2
     for _ in range(LoadAwareScheduler.MIN_OUTCOMES):
         scheduler.record(torch.tensor([2, 0]), torch.tensor([0, 0]))
     assert scheduler.verified_at.tolist() == [8.0, 8.0] and scheduler.accepted_at.tolist() == [0.0, 0.0]
     fresh = measured([0.9, 0.8], 0.1)
     fresh.verified_at, fresh.accepted_at = scheduler.verified_at, scheduler.accepted_at
-    assert fresh.draft_depth(1, 2) == 0
+    assert fresh.draft_depth(on(1), 2) == 0

@@ -92,7 +92,7 @@ class RandomLengths(FixedLength):
     def __init__(self, seed: int) -> None:
         self.generator = torch.Generator().manual_seed(seed)
 
-    def draft_depth(self, n_active: int, draft_len: int) -> int:
+    def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
         return draft_len
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 Plain decoding is the speculative round with zero drafts, so the two share every line that turns
 logits into tokens. One round, for all active sequences at once:
 
-1. the policy picks a draft depth K from the batch size alone (0: no drafter pass at all);
+1. the policy picks a draft depth K from which sequences are active (0: no drafter pass at all);
 2. the drafter proposes K tokens per sequence with their q and survival estimates;
 3. the policy picks how many (a prefix) each sequence verifies, reading survival only;
 4. ONE target pass reads each sequence's `[pending, x_1..x_n]` (ragged lengths) into the cache;
@@ -222,7 +222,7 @@ def generate(
     active = budget > 0
 
     while bool(active.any()):
-        k = policy.draft_depth(int(active.sum()), depth_cap)
+        k = policy.draft_depth(active, depth_cap)
         if reads_states and not bool(seen[active].all()):
             k = 0
         started = time.perf_counter()

@@ -1,10 +1,12 @@
 """How many drafted tokens each sequence verifies per round: fixed, or load-aware (DSpark Algorithm 1).
 
 Verification is nearly free while the target pass is memory-bound and stops being free once the
-batch's total tokens make it compute-bound. `LoadAwareScheduler` profiles the target's verify-pass
-rate SPS(B) (passes per second for B tokens in the batch) once, then each round admits drafted
-tokens across all active requests greedily by estimated prefix survival a_{r,j} while the
-expected tokens per second `tau * SPS(B)` rises, and stops at the first drop. It reads only the
+pass's positions make it compute-bound. `LoadAwareScheduler` profiles the target's verify-pass
+rate SPS(N) (passes per second for N positions in the pass) once. DSpark's Algorithm 1 admits
+drafts one by one, by estimated prefix survival a_{r,j}, while the expected tokens per second
+`tau * SPS(N)` rises, which fits an engine whose pass costs its tokens. Jev's pass costs its
+rectangle (rows x the longest row; `docs/benchmarks.md`), so the same rule runs over widths: each
+round every active row verifies w drafts, w growing while `tau * SPS(N)` rises. It reads only the
 survival estimates, never the drafted tokens, and entry j of the estimate is computed before x_j
 is drawn, so the decision to verify x_j never depends on x_j or later tokens (DSpark App. A).
 """
@@ -25,8 +27,9 @@ from jev.model import Model
 class VerifyPolicy(Protocol):
     """The scheduler's interface to `generate`: one decision before drafting, one after."""
 
-    def draft_depth(self, n_active: int, draft_len: int) -> int:
-        """How many tokens to draft this round (0: plain decoding step, the drafter does not run)."""
+    def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
+        """How many tokens to draft this round for the `active [B]` sequences (0: a plain decoding
+        step, the drafter does not run)."""
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         """`survival [B, K]`, `active [B]` -> `[B]` how many drafts (a prefix) each sequence verifies."""
@@ -38,7 +41,7 @@ class VerifyPolicy(Protocol):
 class FixedLength:
     """Draft and verify `draft_len` tokens for every active sequence, whatever the load."""
 
-    def draft_depth(self, n_active: int, draft_len: int) -> int:
+    def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
         return draft_len
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
@@ -111,17 +114,21 @@ class VerifyProfile:
 
 
 class LoadAwareScheduler:
-    """DSpark's hardware-aware prefix scheduler (Algorithm 1, with the early break), which also
-    weighs what the profile cannot see: the drafter's own time, and how much longer a whole round
-    (sampling filter, accept rule, bookkeeping) takes than the bare target pass.
+    """DSpark's hardware-aware verify scheduler (Algorithm 1, with the early break), for Jev's target
+    pass, which costs its rectangle: a pass over B rows in which the longest verifies w drafts runs
+    B x (1 + w) positions, inactive rows and the shorter rows' padding included. So every active row
+    verifies the same width w, the one where Θ(w), the expected tokens per second with every row
+    verifying w, first drops; a longer width for only some rows would cost as much and emit less.
 
-    Each round it times itself: the drafter between `draft_depth` and `verify_lengths`, the target
-    pass and the accept rule until `record`, separately for drafted and plain rounds. Those
-    measurements and the acceptance seen so far (`record`: of the drafts verified at position j,
-    how many were accepted; the drafter's own survival estimates until a position has been
-    verified MIN_OUTCOMES times) decide whether the next round drafts at all; the first round,
-    with nothing measured, is optimistic. All of it comes from past rounds, so no verify decision
-    depends on the tokens it decides about.
+    It also weighs what the profile cannot see: the drafter's own time, and how much longer a whole
+    round (sampling filter, accept rule, bookkeeping) takes than the bare target pass. Each round it
+    times itself: the drafter between `draft_depth` and `verify_lengths`, the target pass and the
+    accept rule until `record`, separately for drafted and plain rounds. Those measurements and the
+    acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted;
+    the drafter's own survival estimates until a position has been verified MIN_OUTCOMES times)
+    decide how deep the next round drafts, if at all; the first round, with nothing measured, is
+    optimistic. All of it comes from past rounds, so no verify decision depends on the tokens it
+    decides about.
     """
 
     MIN_OUTCOMES = 8
@@ -136,45 +143,43 @@ class LoadAwareScheduler:
         self._mark: tuple[str, float, float] | None = None
         self._draft_started: tuple[float, int] | None = None
 
-    def draft_depth(self, n_active: int, draft_len: int) -> int:
-        """How many tokens to draft this round; 0 when drafting is not expected to pay.
-
-        With every survival equal to 1 each admission's gain `a / tau` is the largest it can be, so
-        Algorithm 1 on all-ones admits at least as many tokens as on the real estimates: that
-        bounds any request's verify length. Once rounds have been measured, the round is drafted
-        only if the expected tokens per second, drafting time and measured round overhead
-        included, beat a plain step's.
-        """
+    def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
+        """How many tokens to draft this round: the width of the highest expected tokens per second,
+        drafting time and measured round overheads included, from the survival seen so far (all
+        ones before any round); 0 when a plain step is expected to do better."""
         self._mark = None
         self._draft_started = None
+        rows, n_active = len(active), int(active.sum())
         if n_active == 0 or draft_len == 0:
             return 0
-        ones = torch.ones(n_active, draft_len, dtype=torch.float64)
-        depth = min(draft_len, int(self._admitted(ones).sum()))
-        if depth and not self._drafting_pays(n_active, depth):
-            depth = 0
+        survival = self._expected_survival(draft_len).expand(n_active, draft_len)
+        depth = int(self._throughput(survival, rows, drafting=True).argmax())
         if depth:
             self._draft_started = (time.perf_counter(), depth)
         else:
-            self._start_round("plain", n_active)
+            self._start_round("plain", rows)
         return depth
 
-    def _drafting_pays(self, n_active: int, depth: int) -> bool:
-        if self.expected_survival is None:
-            return True
-        estimate = torch.ones(depth, dtype=torch.float64)
-        known = min(depth, len(self.expected_survival))
-        estimate[:known] = self.expected_survival[:known]
-        seen = min(depth, len(self.verified_at))
-        counted = self.verified_at[:seen] >= self.MIN_OUTCOMES
-        observed = self.accepted_at[:seen] / self.verified_at[:seen].clamp(min=1)
-        estimate[:seen] = torch.where(counted, observed, estimate[:seen])
-        admitted = self._admitted(estimate.expand(n_active, depth))
-        tokens = int(admitted.sum())
-        expected = n_active + float(estimate.expand(n_active, depth)[admitted].sum())
-        drafted = self.round_ratio["drafted"] / self.profile.sps(n_active + tokens)
-        plain = self.round_ratio["plain"] / self.profile.sps(n_active)
-        return expected / (drafted + depth * self.draft_seconds_per_token) > n_active / plain
+    def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """Every active row verifies the width at Θ's first drop. Θ(w) reads survival up to column w
+        only, whose entries come before the drafts they decide about, so stopping at the first drop
+        never lets draft j's own value (through a later survival entry) decide whether j is verified."""
+        width = 0
+        if bool(active.any()) and survival.shape[1]:
+            rows = survival[active].to(torch.float64).cpu()
+            theta = self._throughput(rows, len(active), drafting=False)
+            drops = (theta[1:] <= theta[:-1]).nonzero()
+            width = int(drops[0]) if len(drops) else survival.shape[1]
+            self.expected_survival = rows.mean(0)
+        if self._draft_started is not None:
+            started, depth = self._draft_started
+            per_token = (time.perf_counter() - started) / depth
+            self.draft_seconds_per_token = per_token if not self.draft_seconds_per_token else (
+                0.5 * self.draft_seconds_per_token + 0.5 * per_token
+            )
+            self._draft_started = None
+        self._start_round("drafted", len(active) * (1 + width))
+        return torch.where(active, width, 0).to(device=survival.device, dtype=torch.int64)
 
     def record(self, n_verified: torch.Tensor, n_accepted: torch.Tensor) -> None:
         """Close the round's timing; count, per draft position, how often it was verified and accepted."""
@@ -188,8 +193,36 @@ class LoadAwareScheduler:
         self.verified_at[:width] += (positions < n_verified.cpu().view(-1, 1)).sum(0)
         self.accepted_at[:width] += (positions < n_accepted.cpu().view(-1, 1)).sum(0)
 
-    def _start_round(self, kind: str, tokens: int) -> None:
-        self._mark = (kind, time.perf_counter(), 1.0 / self.profile.sps(tokens))
+    def _expected_survival(self, depth: int) -> torch.Tensor:
+        """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
+        MIN_OUTCOMES times, else the drafter's last estimates, else 1."""
+        estimate = torch.ones(depth, dtype=torch.float64)
+        if self.expected_survival is None:
+            return estimate
+        known = min(depth, len(self.expected_survival))
+        estimate[:known] = self.expected_survival[:known]
+        seen = min(depth, len(self.verified_at))
+        counted = self.verified_at[:seen] >= self.MIN_OUTCOMES
+        observed = self.accepted_at[:seen] / self.verified_at[:seen].clamp(min=1)
+        estimate[:seen] = torch.where(counted, observed, estimate[:seen])
+        return estimate
+
+    def _throughput(self, survival: torch.Tensor, rows: int, drafting: bool) -> torch.Tensor:
+        """`[K + 1]` Θ(w): expected tokens per second of a round in which each of the `survival [n, K]`
+        rows verifies w drafts, in a pass of `rows` rows. `drafting`: the round is yet to draft, so
+        w drafts cost their drafting time and w = 0 is a plain round; otherwise the drafts are made
+        and only the pass differs."""
+        n, k = survival.shape
+        widths = torch.arange(k + 1, dtype=torch.float64)
+        tokens = n + torch.cat((torch.zeros(1, dtype=torch.float64), survival.sum(0).cumsum(0)))
+        seconds = self.round_ratio["drafted"] / self.profile.sps_many(rows * (1 + widths))
+        if drafting:
+            seconds = seconds + widths * self.draft_seconds_per_token
+            seconds[0] = self.round_ratio["plain"] / self.profile.sps(rows)
+        return tokens / seconds
+
+    def _start_round(self, kind: str, positions: int) -> None:
+        self._mark = (kind, time.perf_counter(), 1.0 / self.profile.sps(positions))
 
     def _finish_round(self) -> None:
         """Fold the last round's measured time over the profile's prediction into the running ratio."""
@@ -198,37 +231,3 @@ class LoadAwareScheduler:
             measured = (time.perf_counter() - started) / predicted
             self.round_ratio[kind] = 0.5 * self.round_ratio[kind] + 0.5 * measured
             self._mark = None
-
-    def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        lengths = torch.zeros(survival.shape[0], dtype=torch.int64)
-        if bool(active.any()) and survival.shape[1]:
-            rows = survival[active].to(torch.float64).cpu()
-            lengths[active] = self._lengths(rows)
-            self.expected_survival = rows.mean(0)
-        if self._draft_started is not None:
-            started, depth = self._draft_started
-            per_token = (time.perf_counter() - started) / depth
-            self.draft_seconds_per_token = per_token if not self.draft_seconds_per_token else (
-                0.5 * self.draft_seconds_per_token + 0.5 * per_token
-            )
-            self._draft_started = None
-        self._start_round("drafted", int(active.sum()) + int(lengths.sum()))
-        return lengths.to(survival.device)
-
-    def _lengths(self, survival: torch.Tensor) -> torch.Tensor:
-        admitted = self._admitted(survival)
-        return admitted.to(torch.int64).cumprod(dim=1).sum(dim=1)
-
-    def _admitted(self, survival: torch.Tensor) -> torch.Tensor:
-        """`[R, K]` bool: the candidates admitted, in order of descending survival, until Θ first drops."""
-        rows = survival.shape[0]
-        flat = survival.flatten()
-        order = torch.sort(-flat, stable=True).indices
-        tau = rows + flat[order].cumsum(0)
-        sps = self.profile.sps_many(rows + torch.arange(len(flat) + 1))
-        theta = torch.cat((torch.tensor([rows * sps[0]]), tau * sps[1 : len(tau) + 1]))
-        drops = (theta[1:] <= theta[:-1]).nonzero()
-        n_admit = int(drops[0]) if len(drops) else len(order)
-        admitted = torch.zeros(len(flat), dtype=torch.bool)
-        admitted[order[:n_admit]] = True
-        return admitted.view(survival.shape)
