@@ -24,7 +24,8 @@ realised acceptance). Reported:
   greedy runs write the same text under every policy.
 
 The drafter folder may hold either kind (autoregressive or DSpark; `jev.generate.drafters.load_drafter`
-reads which). Draft lengths past what a DSpark drafter was trained to draft in one pass are skipped.
+reads which); `--lookup` drafts by n-gram lookup in each prompt and its text instead. Draft lengths
+past what a DSpark drafter was trained to draft in one pass are skipped.
 
     python -m benchmarks.speculative --target models/default --drafter models/default/drafter --prompts subject
 """
@@ -41,6 +42,7 @@ from benchmarks.report import write_results
 from jev.command import add_weights_option
 from jev.decide.decider import Decider
 from jev.generate.drafters import Drafter, drafter_kind, load_drafter
+from jev.generate.drafters.lookup import LookupDrafter
 from jev.generate.loop import TargetState, generate
 from jev.generate.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
 from jev.model import Model
@@ -130,6 +132,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=Path, default=Path("models/default"))
     parser.add_argument("--drafter", type=Path, default=None, help="default: TARGET/drafter")
+    parser.add_argument(
+        "--lookup", action="store_true", help="draft with the n-gram lookup drafter (no weights) instead of --drafter"
+    )
     parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"))
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
@@ -153,7 +158,7 @@ def main() -> None:
         prompts = mail_prompts(args.data, tokenizer, target.config.bos_token_id, count, args.prompt_tokens)
         stop = frozenset()
     drafter_path = args.drafter or args.target / "drafter"
-    drafter = load_drafter(drafter_path, target)
+    drafter = LookupDrafter(target.config.vocab_size) if args.lookup else load_drafter(drafter_path, target)
     most = getattr(drafter, "max_draft_len", max(args.draft_lens))
     if any(k > most for k in args.draft_lens):
         print(f"skipping draft lengths above {most}: the drafter drafts at most {most} tokens per pass")
@@ -166,7 +171,8 @@ def main() -> None:
     run(target, prompts[:1], 2, args.temperature, drafter, 1, None)  # warm-up: first-call allocations
     # The scheduler learns acceptance and round costs as it runs; a service's has seen traffic.
     run(target, warm, args.new_tokens, args.temperature, drafter, longest, scheduler, stop)
-    settings = {**{k: str(v) for k, v in vars(args).items()}, "drafter_kind": drafter_kind(drafter_path)}
+    kind = "lookup" if args.lookup else drafter_kind(drafter_path)
+    settings = {**{k: str(v) for k, v in vars(args).items()}, "drafter_kind": kind}
     results: dict[str, Any] = {"settings": settings, "runs": {}}
     rows = []
     for batch in args.batches:

@@ -124,6 +124,19 @@ def test_accept_block_draws_the_outcome_law() -> None:
     assert torch.equal(verdict.bonus, verdict.n_accepted == 3)
 
 
+def test_accept_block_is_the_inverse_cdf_of_the_whole_outcome_law() -> None:
+    """The same uniform gives the same outcome as inverse-CDF sampling of the flattened law."""
+    torch.manual_seed(2)
+    p = torch.randn(400, 5, 11, dtype=torch.float64).softmax(-1)
+    q = torch.randn(400, 4, 11, dtype=torch.float64).softmax(-1)
+    drafted = torch.randint(0, 11, (400, 4))
+    n = torch.randint(0, 5, (400,))
+    uniforms = torch.rand(400, dtype=torch.float64)
+    verdict = accept_block(p, q, drafted, n, uniforms)
+    flat = sample_from(outcome_distribution(p, q, drafted, n).flatten(1), uniforms)
+    assert torch.equal(verdict.n_accepted, flat // 11) and torch.equal(verdict.next_token, flat % 11)
+
+
 def test_greedy_accepts_iff_argmax_whatever_q() -> None:
     logits = torch.randn(2, 3, 7, dtype=torch.float64)
     p = warp(logits, settings(2, temperature=0.0))

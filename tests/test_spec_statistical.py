@@ -1,20 +1,21 @@
 """Monte-Carlo losslessness of the real torch path, and the power to catch known-wrong variants.
 
-Target: a tiny random `Model` (V = 16, two layers); drafter: another, one layer; both with their
-logits scaled up, so p and q are peaked and differ. Each configuration runs `generate` on
-`SAMPLES` copies of one prompt, in calls of `CHUNK` rows, and compares the joint histogram of the
-first two emitted tokens (256 cells) with the target's exact joint law by chi-square (cells
-expected below 5 pooled). The configurations form one family, Holm-corrected at level `ALPHA`:
-Holm rejects some hypothesis iff the smallest p-value is at most `ALPHA / m`, so each
-configuration is its own test of `p > ALPHA / m`, the same criterion, split so that xdist spreads
-the configurations over workers. Each mutation test patches one known bug into the same path and
-must be flagged at p < 1e-6 from `POWER_SAMPLES` sequences (its p-values are below 1e-200).
+Target: a tiny random `Model` (V = 16, two layers); drafter: another, one layer (or, in three
+configurations, the n-gram lookup drafter, whose q is one-hot); both models with their logits
+scaled up, so p and q are peaked and differ. Each configuration runs `generate` on `SAMPLES` copies
+of one prompt, in calls of `CHUNK` rows, and compares the joint histogram of the first two emitted
+tokens (256 cells) with the target's exact joint law by chi-square (cells expected below 5 pooled).
+The configurations form one family, Holm-corrected at level `ALPHA`: Holm rejects some hypothesis
+iff the smallest p-value is at most `ALPHA / m`, so each configuration is its own test of `p >
+ALPHA / m`, the same criterion, split so that xdist spreads the configurations over workers. Each
+mutation test patches one known bug into the same path and must be flagged at p < 1e-6 from
+`POWER_SAMPLES` sequences (its p-values are below 1e-200).
 
 Cost: a row costs the ops its tokens go through, about 26 us on one core here whatever the batch,
 so the models are as narrow as `Model` allows (one head, widths 2 to 8; twice as fast as 32 wide).
 Calls of 2 * 10^4 rows or more cost least per row, and 20,000 is the batch the load-aware profile
 below is drawn for. The issue's 10^6 sequences per configuration (`JEV_SPEC_SAMPLES=1000000`)
-take about 9 CPU-minutes for the 20 configurations; the default 250,000 takes about 2.
+take about 10 CPU-minutes for the 23 configurations; the default 250,000 takes about 2.
 """
 
 import os
@@ -29,6 +30,7 @@ from jev.generate import loop as generate_module
 from jev.generate.accept import SamplingSettings, warp
 from jev.generate.drafters import Draft
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.drafters.lookup import LookupDrafter
 from jev.generate.loop import generate
 from jev.generate.scheduler import FixedLength, LoadAwareScheduler, VerifyProfile
 from jev.model import Model
@@ -124,6 +126,7 @@ class Config:
     top_p: float = 1.0
     policy: str = "fixed"
     prompt: tuple[int, ...] = (3, 1, 4)
+    lookup: bool = False  # the n-gram lookup drafter instead of the drafter model
 
     def make_policy(self):
         return {
@@ -151,6 +154,9 @@ CONFIGS = [
     Config(2, temperature=1.5, prompt=(15, 0, 8, 8)),
     Config(3, top_k=8, top_p=0.95, policy="random"),
     Config(4, temperature=1.2, prompt=(1,)),
+    Config(3, prompt=(5, 2, 5, 2), lookup=True),
+    Config(2, temperature=0.7, top_k=5, prompt=(4, 4), lookup=True),
+    Config(4, policy="load_aware", prompt=(1, 2, 3, 1, 2), lookup=True),
 ]
 
 
@@ -170,7 +176,8 @@ def target_joint(model: Model, config: Config) -> torch.Tensor:
 def sampled_joint(target: Model, drafter: Model, config: Config, n: int, seed: int, **patch) -> torch.Tensor:
     """`[V, V]` counts of the first two tokens of n sequences, from `generate` calls of `CHUNK` rows;
     call c is seeded `seed * 1000 + c`, and one policy and one drafter serve every call."""
-    draft = patch.pop("drafter_wrapper", lambda d: d)(AutoregressiveDrafter(drafter))
+    inner = LookupDrafter(V) if config.lookup else AutoregressiveDrafter(drafter)
+    draft = patch.pop("drafter_wrapper", lambda d: d)(inner)
     policy = config.make_policy()
     counts = torch.zeros(V * V, dtype=torch.int64)
     for chunk, start in enumerate(range(0, n, CHUNK)):

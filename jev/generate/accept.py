@@ -8,8 +8,9 @@ n verified drafts held. p is the target's distribution AFTER the request's tempe
 top-p; q is exactly the distribution each drafted token was sampled from.
 
 `outcome_distribution` writes the rule down as the exact probability of each round outcome
-(m drafts accepted, then token y), and `accept_block` samples one outcome from it with one uniform
-per sequence. The exact tests enumerate the same function the sampler draws from. Greedy requests
+(m drafts accepted, then token y), and `accept_block` samples one outcome of that law with one
+uniform per sequence, by its inverse CDF, without building it whole. The exact tests enumerate
+the law, and the sampler is tested to draw exactly its inverse CDF. Greedy requests
 (temperature 0) get a one-hot p at the argmax, under which the rule accepts a draft iff it is the
 argmax and emits the argmax otherwise, whatever q was.
 """
@@ -78,6 +79,8 @@ def warp(logits: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
     would otherwise sort the whole vocabulary every step). The result has the dtype of `logits`;
     nothing is modified in place.
     """
+    if bool(settings.greedy.all()):
+        return _argmax_one_hot(logits)
     shape = (logits.shape[0],) + (1,) * (logits.dim() - 1)
     temperature = settings.temperature.to(logits.device, logits.dtype).view(shape)
     greedy = settings.greedy.to(logits.device).view(shape)
@@ -106,8 +109,12 @@ def _with_greedy(logits: torch.Tensor, probs: torch.Tensor, greedy: torch.Tensor
     """`probs` with the greedy rows (`greedy`, broadcastable to them) one-hot at their argmax."""
     if not bool(greedy.any()):
         return probs
-    one_hot = torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(probs.dtype)
-    return torch.where(greedy, one_hot, probs)
+    return torch.where(greedy, _argmax_one_hot(logits), probs)
+
+
+def _argmax_one_hot(logits: torch.Tensor) -> torch.Tensor:
+    """One-hot at the argmax, in the logits' dtype (no int64 copy of the vocabulary-wide tensor)."""
+    return torch.zeros_like(logits).scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
 
 
 def sample_from(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
@@ -142,6 +149,23 @@ def recovery_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(negligible, p, residual / torch.where(negligible, torch.ones_like(mass), mass))
 
 
+def stop_distribution(
+    p: torch.Tensor, q: torch.Tensor, drafted: torch.Tensor, n_verified: torch.Tensor
+) -> torch.Tensor:
+    """`[B, K + 1]` P(exactly m drafts accepted): survive(m) * (1 - ratio_m) for m < n, survive(n) at
+    m = n, 0 past it. Shapes as in `outcome_distribution`; it reads p and q only at the drafted tokens."""
+    batch, width, _ = p.shape
+    positions = torch.arange(width, device=p.device)
+    verified = positions[:-1] < n_verified.unsqueeze(1)
+    ratio = accept_ratio(p[:, :-1].gather(-1, drafted.unsqueeze(-1)), q.gather(-1, drafted.unsqueeze(-1))).squeeze(-1)
+    ratio = torch.where(verified, ratio, torch.zeros_like(ratio))
+    survive = torch.cat((ratio.new_ones(batch, 1), ratio.cumprod(dim=1)), dim=1)
+    stop = torch.cat((1 - ratio, ratio.new_ones(batch, 1)), dim=1)
+    stop = torch.where(positions == n_verified.unsqueeze(1), torch.ones_like(stop), stop)
+    stop = torch.where(positions > n_verified.unsqueeze(1), torch.zeros_like(stop), stop)
+    return survive * stop
+
+
 def outcome_distribution(
     p: torch.Tensor, q: torch.Tensor, drafted: torch.Tensor, n_verified: torch.Tensor
 ) -> torch.Tensor:
@@ -153,19 +177,11 @@ def outcome_distribution(
     For m < n: survive(m) * (1 - ratio_m) * recovery_m(y). For m = n: survive(n) * p_n(y), the
     bonus token. Nothing is written to p or q.
     """
-    batch, width, _ = p.shape
-    positions = torch.arange(width, device=p.device)
-    verified = positions[:-1] < n_verified.unsqueeze(1)
-    ratio = accept_ratio(p[:, :-1].gather(-1, drafted.unsqueeze(-1)), q.gather(-1, drafted.unsqueeze(-1))).squeeze(-1)
-    ratio = torch.where(verified, ratio, torch.zeros_like(ratio))
-    survive = torch.cat((ratio.new_ones(batch, 1), ratio.cumprod(dim=1)), dim=1)
-    stop = torch.cat((1 - ratio, ratio.new_ones(batch, 1)), dim=1)
-    stop = torch.where(positions == n_verified.unsqueeze(1), torch.ones_like(stop), stop)
-    stop = torch.where(positions > n_verified.unsqueeze(1), torch.zeros_like(stop), stop)
+    positions = torch.arange(p.shape[1], device=p.device)
     recovered = torch.cat((recovery_distribution(p[:, :-1], q), p[:, -1:]), dim=1)
     at_end = (positions == n_verified.unsqueeze(1)).unsqueeze(-1)
     then = torch.where(at_end, p, recovered)
-    return (survive * stop).unsqueeze(-1) * then
+    return stop_distribution(p, q, drafted, n_verified).unsqueeze(-1) * then
 
 
 @dataclass(frozen=True)
@@ -186,12 +202,23 @@ def accept_block(
 ) -> Verdict:
     """Sample one round of the accept rule: shapes as in `outcome_distribution`, `uniforms [B]` in [0, 1).
 
-    Drawing (m, y) from the exact outcome law with one uniform is the same distribution as drawing
-    u_j per position and stopping at the first `u_j >= min(1, p/q)`; it needs one random number
-    per sequence and round, so seeded runs stay reproducible whatever was accepted.
+    It draws (m, y) by inverse CDF from the exact outcome law ordered by m, then y, with one uniform
+    per sequence, so seeded runs stay reproducible whatever was accepted. That is the same as drawing
+    u_j per position and stopping at the first `u_j >= min(1, p/q)`. The law is never built whole:
+    the uniform first picks m from `stop_distribution`, and what is left of it, rescaled to [0, 1),
+    picks y from the one distribution that follows m (the recovery at m, or p_n after all n held),
+    so a round costs one vocabulary-wide draw per sequence whatever K is.
     """
-    outcomes = outcome_distribution(p, q, drafted, n_verified)
-    vocab = p.shape[-1]
-    flat = sample_from(outcomes.flatten(1), uniforms)
-    n_accepted = flat // vocab
-    return Verdict(n_accepted=n_accepted, next_token=flat % vocab, bonus=n_accepted == n_verified)
+    batch, width = p.shape[:2]
+    rows = torch.arange(batch, device=p.device)
+    stops = stop_distribution(p, q, drafted, n_verified).to(torch.float64)
+    before = torch.cat((stops.new_zeros(batch, 1), stops.cumsum(dim=1)[:, :-1]), dim=1)
+    uniforms = uniforms.to(device=p.device, dtype=torch.float64)
+    m = sample_from(stops, uniforms)
+    rest = ((uniforms - before[rows, m]) / stops[rows, m]).clamp(0.0, 1.0)
+    bonus = m == n_verified
+    p_m = p[rows, m]
+    if width > 1:
+        recovered = recovery_distribution(p_m, q[rows, m.clamp(max=width - 2)])
+        p_m = torch.where(bonus.unsqueeze(-1), p_m, recovered)
+    return Verdict(n_accepted=m, next_token=sample_from(p_m, rest), bonus=bonus)
