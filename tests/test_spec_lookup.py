@@ -74,3 +74,12 @@ def test_rejects_settings_that_cannot_draft() -> None:
         LookupDrafter(50, max_ngram=0)
     with pytest.raises(ValueError, match="hold"):
         LookupDrafter(50, hold=0.0)
+
+
+def test_a_generations_drafter_passes_are_its_own() -> None:
+    """One drafter serves many calls (a service's does); each call's stats count its own passes."""
+    target = random_model(tiny_config(vocab_size=64), seed=2)
+    drafter = LookupDrafter(64)
+    first = generate(target, [[5, 9, 5, 9, 5]], 12, temperature=0.0, drafter=drafter, draft_len=3)
+    again = generate(target, [[5, 9, 5, 9, 5]], 12, temperature=0.0, drafter=drafter, draft_len=3)
+    assert first.stats.drafter_passes == again.stats.drafter_passes == first.stats.target_passes - 1

@@ -119,10 +119,12 @@ def test_profile_measures_a_real_model() -> None:
 
 
 def measured(survival: list[float], draft_seconds_per_token: float, drafted_ratio: float = 1.0) -> LoadAwareScheduler:
-    """A scheduler on a flat profile (1 pass/s) that has measured rounds like these."""
+    """A scheduler on a flat profile (1 pass/s) that has measured rounds like these (drafting as deep
+    as `survival`, at `draft_seconds_per_token` a token)."""
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
     scheduler.expected_survival = torch.tensor(survival, dtype=torch.float64)
-    scheduler.draft_seconds_per_token = draft_seconds_per_token
+    if draft_seconds_per_token:
+        scheduler.draft_seconds = {len(survival): len(survival) * draft_seconds_per_token}
     scheduler.round_ratio["drafted"] = drafted_ratio
     return scheduler
 
@@ -140,14 +142,14 @@ def test_round_overhead_is_measured_per_kind_of_round() -> None:
     scheduler = measured([0.5, 0.25], 0.0, drafted_ratio=5.0)
     assert scheduler.draft_depth(on(1), 2) == 0
     scheduler.verify_lengths(torch.tensor([[0.6, 0.3]], dtype=torch.float64), torch.tensor([True]))
-    assert scheduler.expected_survival.tolist() == [0.6, 0.3] and scheduler.draft_seconds_per_token == 0.0
+    assert scheduler.expected_survival.tolist() == [0.6, 0.3] and scheduler.draft_seconds == {}
 
 
 def test_a_real_round_is_timed() -> None:
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
     assert scheduler.draft_depth(on(1), 2) == 2
     scheduler.verify_lengths(torch.tensor([[0.9, 0.8]], dtype=torch.float64), torch.tensor([True]))
-    assert scheduler.draft_seconds_per_token > 0
+    assert set(scheduler.draft_seconds) == {2} and scheduler.draft_seconds[2] > 0
     scheduler.record(torch.tensor([2]), torch.tensor([1]))
     assert scheduler.round_ratio["drafted"] < 1.0, "a microsecond round against a 1 s profile"
     assert scheduler.draft_depth(on(1), 2) == 2 and scheduler.round_ratio["plain"] == 1.0
@@ -163,3 +165,28 @@ def test_observed_acceptance_overrides_the_drafters_optimism() -> None:
     fresh = measured([0.9, 0.8], 0.1)
     fresh.verified_at, fresh.accepted_at = scheduler.verified_at, scheduler.accepted_at
     assert fresh.draft_depth(on(1), 2) == 0
+
+
+def test_drafting_time_by_depth_is_interpolated_between_measured_depths() -> None:
+    scheduler = LoadAwareScheduler(flat_then_linear(1000))
+    scheduler.draft_seconds = {2: 0.4, 6: 0.6}
+    expected = [0.0, 0.2, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7]  # below: 0.4 * d / 2; above: 0.6 * d / 6
+    assert scheduler._drafting_seconds(7).tolist() == pytest.approx(expected)
+
+
+def test_a_fixed_drafting_cost_makes_one_deep_draft_pay_where_a_shallow_one_does_not() -> None:
+    """Drafting costs 1 s at any depth (measured at 1 and 4), a plain round 1 s for 1 token. One
+    draft of survival 0.9: 1.9 tokens in 2 s, below plain; four (0.9, 0.81, 0.73, 0.66): 4.1 in 2 s."""
+    scheduler = measured([0.9, 0.81, 0.73, 0.66], 0.0)
+    scheduler.draft_seconds = {1: 1.0, 4: 1.0}
+    assert scheduler.draft_depth(on(1), 1) == 0
+    assert scheduler.draft_depth(on(1), 4) == 4
+
+
+def test_a_shallow_round_keeps_the_deeper_positions_estimates() -> None:
+    """After drafting 1 of 3 positions, positions 2 and 3 keep what was last estimated for them,
+    not the first round's optimism (which would draft deep again after every shallow round)."""
+    scheduler = LoadAwareScheduler(flat_then_linear(1000))
+    scheduler.verify_lengths(torch.tensor([[0.5, 0.1, 0.02]], dtype=torch.float64), on(1))
+    scheduler.verify_lengths(torch.tensor([[0.4]], dtype=torch.float64), on(1))
+    assert scheduler._expected_survival(3).tolist() == pytest.approx([0.4, 0.1, 0.02])

@@ -214,6 +214,7 @@ def generate(
         raise ValueError(f"the cache holds {state.cache.max_len} positions; this generation needs {max_len}")
     cache, pending, hidden, seen = state.cache, state.pending, state.hidden, state.known.clone()
     if drafter is not None:
+        passes_before = drafter.passes  # a drafter counts its passes over its lifetime
         drafter.start(prompts, max_len)
         if reads_states and bool(seen.any()):
             drafter.observe(hidden, seen)
@@ -267,7 +268,7 @@ def generate(
         active = _append(out, out_n, emitted, torch.where(active, 1 + n_accepted, 0), budget, stop_ids, active)
         pending = verdict.next_token
     if drafter is not None:
-        stats.drafter_passes = drafter.passes
+        stats.drafter_passes = drafter.passes - passes_before
     prompt_n = torch.tensor(list(map(len, prompts)))
     cache.truncate(torch.minimum(cache.lengths, (prompt_n + out_n - 1).clamp(min=0)))
     return Generation(tokens=rows_of(out, out_n), stats=stats, cache=cache)

@@ -120,14 +120,14 @@ class LoadAwareScheduler:
     verifies the same width w, the one where Θ(w), the expected tokens per second with every row
     verifying w, first drops; a longer width for only some rows would cost as much and emit less.
 
-    It also weighs what the profile cannot see: the drafter's own time, and how much longer a whole
-    round (sampling filter, accept rule, bookkeeping) takes than the bare target pass. Each round it
-    times itself: the drafter between `draft_depth` and `verify_lengths`, the target pass and the
-    accept rule until `record`, separately for drafted and plain rounds. Those measurements and the
-    acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted;
-    the drafter's own survival estimates until a position has been verified MIN_OUTCOMES times)
-    decide how deep the next round drafts, if at all; the first round, with nothing measured, is
-    optimistic. All of it comes from past rounds, so no verify decision depends on the tokens it
+    It also weighs what the profile cannot see: the drafter's own time by depth, and how much longer
+    a whole round (sampling filter, accept rule, bookkeeping) takes than the bare target pass. Each
+    round it times itself: the drafter between `draft_depth` and `verify_lengths`, the target pass
+    and the accept rule until `record`, separately for drafted and plain rounds. Those measurements
+    and the acceptance seen so far (`record`: of the drafts verified at position j, how many were
+    accepted; the drafter's own survival estimates until a position has been verified MIN_OUTCOMES
+    times) decide how deep the next round drafts, if at all; the first round, with nothing measured,
+    is optimistic. All of it comes from past rounds, so no verify decision depends on the tokens it
     decides about.
     """
 
@@ -135,7 +135,8 @@ class LoadAwareScheduler:
 
     def __init__(self, profile: VerifyProfile) -> None:
         self.profile = profile
-        self.draft_seconds_per_token = 0.0
+        # Measured seconds of drafting d tokens (a running mean per depth d).
+        self.draft_seconds: dict[int, float] = {}
         self.round_ratio = {"drafted": 1.0, "plain": 1.0}
         self.expected_survival: torch.Tensor | None = None
         self.verified_at = torch.zeros(0, dtype=torch.float64)
@@ -170,13 +171,12 @@ class LoadAwareScheduler:
             theta = self._throughput(rows, len(active), drafting=False)
             drops = (theta[1:] <= theta[:-1]).nonzero()
             width = int(drops[0]) if len(drops) else survival.shape[1]
-            self.expected_survival = rows.mean(0)
+            self._remember_survival(rows.mean(0))
         if self._draft_started is not None:
             started, depth = self._draft_started
-            per_token = (time.perf_counter() - started) / depth
-            self.draft_seconds_per_token = per_token if not self.draft_seconds_per_token else (
-                0.5 * self.draft_seconds_per_token + 0.5 * per_token
-            )
+            seconds = time.perf_counter() - started
+            known = self.draft_seconds.get(depth)
+            self.draft_seconds[depth] = seconds if known is None else 0.5 * known + 0.5 * seconds
             self._draft_started = None
         self._start_round("drafted", len(active) * (1 + width))
         return torch.where(active, width, 0).to(device=survival.device, dtype=torch.int64)
@@ -192,6 +192,14 @@ class LoadAwareScheduler:
         positions = torch.arange(width).view(1, -1)
         self.verified_at[:width] += (positions < n_verified.cpu().view(-1, 1)).sum(0)
         self.accepted_at[:width] += (positions < n_accepted.cpu().view(-1, 1)).sum(0)
+
+    def _remember_survival(self, mean: torch.Tensor) -> None:
+        """Keep the drafter's mean survival estimates per position; a shallower round updates only its
+        own positions, so positions it did not draft keep their last estimates rather than none."""
+        if self.expected_survival is None or len(self.expected_survival) <= len(mean):
+            self.expected_survival = mean
+        else:
+            self.expected_survival = torch.cat((mean, self.expected_survival[len(mean) :]))
 
     def _expected_survival(self, depth: int) -> torch.Tensor:
         """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
@@ -217,9 +225,27 @@ class LoadAwareScheduler:
         tokens = n + torch.cat((torch.zeros(1, dtype=torch.float64), survival.sum(0).cumsum(0)))
         seconds = self.round_ratio["drafted"] / self.profile.sps_many(rows * (1 + widths))
         if drafting:
-            seconds = seconds + widths * self.draft_seconds_per_token
+            seconds = seconds + self._drafting_seconds(k)
             seconds[0] = self.round_ratio["plain"] / self.profile.sps(rows)
         return tokens / seconds
+
+    def _drafting_seconds(self, k: int) -> torch.Tensor:
+        """`[K + 1]` the expected seconds of drafting d = 0..K tokens: measured where d has been, else
+        interpolated between the measured depths around d, else, below or above all of them, the
+        nearest one's time scaled by d (optimistic below, which gets a cheaper depth tried and
+        measured). Nothing measured: 0, so the first round drafts."""
+        depths = torch.arange(k + 1, dtype=torch.float64)
+        if not self.draft_seconds:
+            return torch.zeros_like(depths)
+        known = torch.tensor(sorted(self.draft_seconds), dtype=torch.float64)
+        times = torch.tensor([self.draft_seconds[int(d)] for d in known], dtype=torch.float64)
+        upper = torch.searchsorted(known, depths).clamp(1, max(len(known) - 1, 1))
+        lower = upper - 1
+        if len(known) == 1:
+            return depths * times[0] / known[0]
+        between = times[lower] + (times[upper] - times[lower]) * (depths - known[lower]) / (known[upper] - known[lower])
+        below, above = depths * times[0] / known[0], depths * times[-1] / known[-1]
+        return torch.where(depths < known[0], below, torch.where(depths > known[-1], above, between))
 
     def _start_round(self, kind: str, positions: int) -> None:
         self._mark = (kind, time.perf_counter(), 1.0 / self.profile.sps(positions))
