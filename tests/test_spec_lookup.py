@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from jev.generate.accept import SamplingSettings
+from jev.generate.drafters import load_drafter
 from jev.generate.drafters.lookup import LookupDrafter
 from jev.generate.loop import generate
 from jev.generate.scheduler import LoadAwareScheduler, VerifyProfile
@@ -83,3 +84,10 @@ def test_a_generations_drafter_passes_are_its_own() -> None:
     first = generate(target, [[5, 9, 5, 9, 5]], 12, temperature=0.0, drafter=drafter, draft_len=3)
     again = generate(target, [[5, 9, 5, 9, 5]], 12, temperature=0.0, drafter=drafter, draft_len=3)
     assert first.stats.drafter_passes == again.stats.drafter_passes == first.stats.target_passes - 1
+
+
+def test_a_lookup_drafter_folder_holds_only_its_settings(tmp_path) -> None:
+    (tmp_path / "drafter.json").write_text('{"kind": "lookup", "max_ngram": 2, "hold": 0.4}')
+    drafter = load_drafter(tmp_path, random_model(tiny_config(vocab_size=64), seed=2))
+    assert isinstance(drafter, LookupDrafter)
+    assert (drafter.vocab_size, drafter.max_ngram, drafter.hold) == (64, 2, 0.4)

@@ -190,3 +190,18 @@ def test_a_shallow_round_keeps_the_deeper_positions_estimates() -> None:
     scheduler.verify_lengths(torch.tensor([[0.5, 0.1, 0.02]], dtype=torch.float64), on(1))
     scheduler.verify_lengths(torch.tensor([[0.4]], dtype=torch.float64), on(1))
     assert scheduler._expected_survival(3).tolist() == pytest.approx([0.4, 0.1, 0.02])
+
+
+def test_past_rounds_calibrate_the_drafters_claims_before_a_width_is_opened() -> None:
+    """A pass of 2 positions takes 1.5 s, of 1 position 1 s. A drafter claiming 0.9 opens width 1
+    (1.9 tokens in 1.5 s beat 1 in 1 s); once a quarter of its 0.9 claims have held, its 0.9 counts
+    as 0.225 (1.225 tokens in 1.5 s) and the width stays 0."""
+    scheduler = LoadAwareScheduler(VerifyProfile((1, 2), (1.0, 1 / 1.5)))
+    claim = torch.tensor([[0.9]], dtype=torch.float64)
+    assert scheduler.verify_lengths(claim, on(1)).tolist() == [1]
+    for round_ in range(LoadAwareScheduler.MIN_OUTCOMES):
+        if round_:
+            scheduler.verify_lengths(claim, on(1))
+        scheduler.record(torch.tensor([1]), torch.tensor([int(round_ % 4 == 0)]))
+    assert scheduler.estimated_at.tolist() == pytest.approx([7.2]) and scheduler.accepted_at.tolist() == [2.0]
+    assert scheduler.verify_lengths(claim, on(1)).tolist() == [0]

@@ -139,8 +139,11 @@ class LoadAwareScheduler:
         self.draft_seconds: dict[int, float] = {}
         self.round_ratio = {"drafted": 1.0, "plain": 1.0}
         self.expected_survival: torch.Tensor | None = None
+        # Per draft position j: how often it was verified, accepted, and the drafter's survival
+        # estimates summed over those verifications (what it predicted would be accepted).
         self.verified_at = torch.zeros(0, dtype=torch.float64)
         self.accepted_at = torch.zeros(0, dtype=torch.float64)
+        self.estimated_at = torch.zeros(0, dtype=torch.float64)
         self._mark: tuple[str, float, float] | None = None
         self._draft_started: tuple[float, int] | None = None
 
@@ -162,16 +165,19 @@ class LoadAwareScheduler:
         return depth
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Every active row verifies the width at Θ's first drop. Θ(w) reads survival up to column w
-        only, whose entries come before the drafts they decide about, so stopping at the first drop
-        never lets draft j's own value (through a later survival entry) decide whether j is verified."""
+        """Every active row verifies the width at Θ's first drop, on the drafter's survival estimates
+        as calibrated by past rounds (`_calibrated`). Θ(w) reads survival up to column w only, whose
+        entries come before the drafts they decide about, so stopping at the first drop never lets
+        draft j's own value (through a later survival entry) decide whether j is verified."""
         width = 0
         if bool(active.any()) and survival.shape[1]:
             rows = survival[active].to(torch.float64).cpu()
-            theta = self._throughput(rows, len(active), drafting=False)
+            theta = self._throughput(self._calibrated(rows), len(active), drafting=False)
             drops = (theta[1:] <= theta[:-1]).nonzero()
             width = int(drops[0]) if len(drops) else survival.shape[1]
             self._remember_survival(rows.mean(0))
+            self._grow(width)
+            self.estimated_at[:width] += rows[:, :width].sum(0)
         if self._draft_started is not None:
             started, depth = self._draft_started
             seconds = time.perf_counter() - started
@@ -185,13 +191,30 @@ class LoadAwareScheduler:
         """Close the round's timing; count, per draft position, how often it was verified and accepted."""
         self._finish_round()
         width = int(n_verified.max()) if n_verified.numel() else 0
-        if width > len(self.verified_at):
-            grow = width - len(self.verified_at)
-            self.verified_at = torch.cat((self.verified_at, torch.zeros(grow, dtype=torch.float64)))
-            self.accepted_at = torch.cat((self.accepted_at, torch.zeros(grow, dtype=torch.float64)))
+        self._grow(width)
         positions = torch.arange(width).view(1, -1)
         self.verified_at[:width] += (positions < n_verified.cpu().view(-1, 1)).sum(0)
         self.accepted_at[:width] += (positions < n_accepted.cpu().view(-1, 1)).sum(0)
+
+    def _grow(self, width: int) -> None:
+        """Room in the per-position counts for `width` positions."""
+        grow = width - len(self.verified_at)
+        if grow > 0:
+            zeros = torch.zeros(grow, dtype=torch.float64)
+            self.verified_at = torch.cat((self.verified_at, zeros))
+            self.accepted_at = torch.cat((self.accepted_at, zeros))
+            self.estimated_at = torch.cat((self.estimated_at, zeros))
+
+    def _calibrated(self, survival: torch.Tensor) -> torch.Tensor:
+        """`survival [n, K]` scaled, per position verified MIN_OUTCOMES times, by how many drafts were
+        accepted there against how many the drafter's estimates predicted (at most 1): a drafter
+        that claims 0.6 where 0.2 holds opens no width on its claim."""
+        seen = min(survival.shape[1], len(self.verified_at))
+        factor = torch.ones(survival.shape[1], dtype=torch.float64)
+        counted = (self.verified_at[:seen] >= self.MIN_OUTCOMES) & (self.estimated_at[:seen] > 0)
+        ratio = self.accepted_at[:seen] / self.estimated_at[:seen].clamp(min=1e-12)
+        factor[:seen] = torch.where(counted, ratio, factor[:seen])
+        return (survival * factor).clamp(max=1.0)
 
     def _remember_survival(self, mean: torch.Tensor) -> None:
         """Keep the drafter's mean survival estimates per position; a shallower round updates only its

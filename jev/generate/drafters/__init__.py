@@ -2,7 +2,9 @@
 (`jev.generate.drafters.protocol` says what a drafter does).
 
 A drafter folder says its kind in `drafter.json` ("autoregressive" when absent); `load_drafter`
-reads it and returns the right drafter, so callers need not know which kind they load.
+reads it and returns the right drafter, so callers need not know which kind they load. A
+"lookup" folder holds only `drafter.json` (its settings, `max_ngram` and `hold`): the n-gram
+lookup drafter has no weights.
 """
 
 import json
@@ -10,10 +12,11 @@ from pathlib import Path
 
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.drafters.dspark import DSparkDrafter
+from jev.generate.drafters.lookup import LookupDrafter
 from jev.generate.drafters.protocol import DRAFTER_FILE, Draft, Drafter, ReadsTargetStates
 from jev.model import Model
 
-KINDS = ("autoregressive", "dspark")
+KINDS = ("autoregressive", "dspark", "lookup")
 __all__ = ["DRAFTER_FILE", "KINDS", "Draft", "Drafter", "ReadsTargetStates", "drafter_kind", "load_drafter"]
 
 
@@ -28,8 +31,12 @@ def drafter_kind(path: str | Path) -> str:
 
 def load_drafter(path: str | Path, target: Model) -> Drafter:
     """The drafter in folder `path`, in the target's dtype, checked against the target's vocabulary."""
-    if drafter_kind(path) == "dspark":
+    kind = drafter_kind(path)
+    if kind == "dspark":
         return DSparkDrafter.load(path, target)
+    if kind == "lookup":
+        settings = json.loads((Path(path) / DRAFTER_FILE).read_text())
+        return LookupDrafter(target.config.vocab_size, settings.get("max_ngram", 3), settings.get("hold", 0.6))
     drafter = AutoregressiveDrafter.load(path, dtype=target.dtype)
     drafter.model.to(target.device)
     if drafter.model.config.vocab_size != target.config.vocab_size:
