@@ -125,10 +125,10 @@ class LoadAwareScheduler:
     round it times itself: the drafter between `draft_depth` and `verify_lengths`, the target pass
     and the accept rule until `record`, separately for drafted and plain rounds. Those measurements
     and the acceptance seen so far (`record`: of the drafts verified at position j, how many were
-    accepted; the drafter's own survival estimates until a position has been verified MIN_OUTCOMES
-    times) decide how deep the next round drafts, if at all; the first round, with nothing measured,
-    is optimistic. All of it comes from past rounds, so no verify decision depends on the tokens it
-    decides about.
+    accepted, against how many the drafter's survival estimates predicted; its estimates alone until
+    a position has been verified MIN_OUTCOMES times) decide how deep the next round drafts, if at
+    all; the first round, with nothing measured, is optimistic. All of it comes from past rounds, so
+    no verify decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
@@ -262,10 +262,10 @@ class LoadAwareScheduler:
             return torch.zeros_like(depths)
         known = torch.tensor(sorted(self.draft_seconds), dtype=torch.float64)
         times = torch.tensor([self.draft_seconds[int(d)] for d in known], dtype=torch.float64)
-        upper = torch.searchsorted(known, depths).clamp(1, max(len(known) - 1, 1))
-        lower = upper - 1
         if len(known) == 1:
             return depths * times[0] / known[0]
+        upper = torch.searchsorted(known, depths).clamp(1, len(known) - 1)
+        lower = upper - 1
         between = times[lower] + (times[upper] - times[lower]) * (depths - known[lower]) / (known[upper] - known[lower])
         below, above = depths * times[0] / known[0], depths * times[-1] / known[-1]
         return torch.where(depths < known[0], below, torch.where(depths > known[-1], above, between))

@@ -36,7 +36,8 @@ def load_drafter(path: str | Path, target: Model) -> Drafter:
         return DSparkDrafter.load(path, target)
     if kind == "lookup":
         settings = json.loads((Path(path) / DRAFTER_FILE).read_text())
-        return LookupDrafter(target.config.vocab_size, settings.get("max_ngram", 3), settings.get("hold", 0.6))
+        given = {name: settings[name] for name in ("max_ngram", "hold") if name in settings}
+        return LookupDrafter(target.config.vocab_size, **given)
     drafter = AutoregressiveDrafter.load(path, dtype=target.dtype)
     drafter.model.to(target.device)
     if drafter.model.config.vocab_size != target.config.vocab_size:

@@ -11,7 +11,7 @@ Its proposals are deterministic, so q is one-hot at each drafted token: the acce
 x with probability p(x) and draws a rejection's correction from p without x, which is exactly the
 target's distribution, at every temperature. A sequence with no earlier occurrence drafts nothing
 worth verifying (survival 0); a copied draft's survival is `hold ** j`, a prior that the load-aware
-scheduler's own acceptance counts replace once it has seen rounds.
+scheduler calibrates against the acceptance it has seen once it has seen rounds.
 """
 
 import torch
