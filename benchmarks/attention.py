@@ -105,8 +105,8 @@ def core_times(context: int) -> dict[str, float]:
     return {
         "indexer": median_time(lambda: ops.indexer_logits(q_index, weights, keys, positions, 0.25), repeats),
         "topk": median_time(lambda: ops.select_topk(scores, cfg.index_topk), repeats),
-        "sparse_core": median_time(lambda: ops.sparse_mla(q_latent, q_rope, kv, top, 0.2), repeats),
-        "dense_core": median_time(lambda: ops.mla_decode(q_latent, q_rope, kv, positions, 0.2), repeats),
+        "sparse_core": median_time(lambda: ops.sparse_mla_attention(q_latent, q_rope, kv, top, 0.2), repeats),
+        "dense_core": median_time(lambda: ops.mla_attention(q_latent, q_rope, kv, positions, 0.2), repeats),
     }
 
 

@@ -2,30 +2,41 @@
 
 Every op here has one contract, written down in `jev.kernels.reference`. The model imports these
 names and nothing else, so the Triton kernels of the same contracts are dispatched here without
-the model changing. `jev.kernels.backend` picks per call: Triton for CUDA tensors, the torch
-reference elsewhere, or whatever `JEV_KERNELS` / `backend.use_backend(...)` forces. Top-k
-selection and the causal mask always run in torch (`torch.topk` is fast enough next to the scoring).
+the model changing. `jev.kernels.backend` picks per call: Triton for CUDA tensors, torch
+elsewhere (the attention through torch's fused kernel, `fused_cpu`; the indexer as the reference),
+or whatever `JEV_KERNELS` / `backend.use_backend(...)` forces. The model reads only the attention's
+output, never its log-sum-exp. Top-k selection and the causal mask always run in torch
+(`torch.topk` is fast enough next to the scoring).
 """
 
 import torch
-from jev.kernels import reference
+from jev.kernels import fused_cpu, reference
 from jev.kernels.backend import triton_module, use_triton
-from jev.kernels.reference import causal_key_mask, select_topk
+from jev.kernels.reference import causal_key_mask, select_topk, selected_key_mask
 
-__all__ = ["causal_key_mask", "indexer_logits", "mla_decode", "select_topk", "sparse_mla"]
+# Up to this many keys a selection costs less as a masked dense fused attention than gathered
+# (`fused_cpu`: equal near 1,500 keys on 2 threads).
+FUSED_SPARSE_MAX_KEYS = 1024
+
+__all__ = [
+    "causal_key_mask", "indexer_logits", "mla_attention", "select_topk", "selected_key_mask", "sparse_mla_attention"
+]
 
 
-def mla_decode(
+def mla_attention(
     q_latent: torch.Tensor,
     q_rope: torch.Tensor,
     kv_cache: torch.Tensor,
     q_positions: torch.Tensor,
     scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dense absorbed MLA over the latent cache: `[B, T, H, d_c]` output and `[B, T, H]` lse (see reference)."""
+) -> torch.Tensor:
+    """Dense absorbed MLA over the latent cache: the `[B, T, H, d_c]` output of `reference.mla_decode`.
+
+    Off the GPU it runs as one fused attention call (`fused_cpu`); the model never reads the lse."""
     if use_triton(kv_cache):
-        return triton_module("triton_mla_decode").mla_decode(q_latent, q_rope, kv_cache, q_positions, scale)
-    return reference.mla_decode(q_latent, q_rope, kv_cache, q_positions, scale)
+        return triton_module("triton_mla_decode").mla_decode(q_latent, q_rope, kv_cache, q_positions, scale)[0]
+    visible = causal_key_mask(q_positions, kv_cache.shape[1])
+    return fused_cpu.mla_attention(q_latent, q_rope, kv_cache, visible, scale)
 
 
 def indexer_logits(
@@ -41,14 +52,21 @@ def indexer_logits(
     return reference.indexer_logits(q, weights, k_cache, q_positions, scale)
 
 
-def sparse_mla(
+def sparse_mla_attention(
     q_latent: torch.Tensor,
     q_rope: torch.Tensor,
     kv_cache: torch.Tensor,
     indices: torch.Tensor,
     scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Absorbed MLA over each query's top-k slots (`-1` unused): `[B, T, H, d_c]` and lse (see reference)."""
+) -> torch.Tensor:
+    """Absorbed MLA over each query's top-k slots (`-1` unused): the `[B, T, H, d_c]` output of
+    `reference.sparse_mla`.
+
+    Off the GPU, up to FUSED_SPARSE_MAX_KEYS keys it runs as one fused attention call masked to the
+    selection (`fused_cpu`), past them by gathering the selected latents (the reference)."""
     if use_triton(kv_cache):
-        return triton_module("triton_sparse_mla").sparse_mla(q_latent, q_rope, kv_cache, indices, scale)
-    return reference.sparse_mla(q_latent, q_rope, kv_cache, indices, scale)
+        return triton_module("triton_sparse_mla").sparse_mla(q_latent, q_rope, kv_cache, indices, scale)[0]
+    if kv_cache.shape[1] <= FUSED_SPARSE_MAX_KEYS:
+        visible = selected_key_mask(indices, kv_cache.shape[1])
+        return fused_cpu.mla_attention(q_latent, q_rope, kv_cache, visible, scale)
+    return reference.sparse_mla(q_latent, q_rope, kv_cache, indices, scale)[0]

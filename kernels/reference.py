@@ -21,6 +21,13 @@ def causal_key_mask(q_positions: torch.Tensor, n_keys: int) -> torch.Tensor:
     return keys.view(1, 1, n_keys) <= q_positions.unsqueeze(-1)
 
 
+def selected_key_mask(indices: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """`[B, T, L]` bool: the keys in each query's top-k selection `indices [B, T, K]` (-1 selects none)."""
+    mask = torch.zeros(*indices.shape[:2], n_keys + 1, dtype=torch.bool, device=indices.device)
+    mask.scatter_(-1, torch.where(indices < 0, n_keys, indices.long()), True)
+    return mask[..., :n_keys]
+
+
 def _softmax_rows(scores: torch.Tensor, visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Masked softmax over the last axis; rows with no visible key give p = 0 and lse = -inf."""
     scores = scores.masked_fill(~visible, NEG_INF)

@@ -101,8 +101,19 @@ def test_cache_refuses_overflow_and_bad_truncation(tiny_model):
         cache.truncate([1, 2])
 
 
-def test_cache_holds_only_latent_rope_key_and_indexer_key(tiny_model):
-    cfg = tiny_model.config
-    cache = tiny_model.new_cache(2, 16)
+def test_cache_holds_only_latent_rope_key_and_indexer_key_and_the_keys_only_where_a_pass_can_select():
+    model = random_model(tiny_config(index_topk=12))
+    cfg = model.config
+    cache = model.new_cache(2, 16)
     assert cache.latent.shape == (cfg.num_hidden_layers, 2, 16, cfg.kv_lora_rank + cfg.qk_rope_head_dim)
     assert cache.index_keys.shape == (cfg.num_hidden_layers, 2, 16, cfg.index_head_dim)
+    short = model.new_cache(2, 12)
+    assert short.index_keys is None
+    with torch.no_grad():
+        logits = [model(IDS[:2, :12], cache=c) for c in (cache, short)]
+    assert torch.equal(logits[0], logits[1]), "no pass over 12 keys selects, so the keys are never read"
+    keyless = model.new_cache(2, 12)
+    with torch.no_grad():
+        model(IDS[:2, :6], cache=keyless)
+        with model.selecting(4), pytest.raises(ValueError, match="without indexer keys"):
+            model(IDS[:2, 6:7], cache=keyless)

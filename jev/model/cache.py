@@ -3,6 +3,10 @@
 Per layer and token: the normalised KV latent and the rotated shared rope key, stored side by side
 (`kv_lora_rank + qk_rope_head_dim` numbers: the absorbed form's only key and value), plus the DSA
 indexer key (`index_head_dim` numbers). Past K/V are never expanded or stored per head.
+
+A cache no shorter than the indexer's top-k can never select (every query sees at most `max_len`
+keys), so it keeps no indexer keys, and the passes over it compute none: that is most decoding of
+short texts, where the keys cost a decode step about a tenth of its time.
 """
 
 import torch
@@ -15,7 +19,8 @@ class CacheFullError(RuntimeError):
 
 
 class LatentCache:
-    """Latents `[layers, B, max_len, d_c + d_r]`, indexer keys `[layers, B, max_len, d_I]`, lengths `[B]`."""
+    """Latents `[layers, B, max_len, d_c + d_r]`, indexer keys `[layers, B, max_len, d_I]` (None when
+    not `index_keys`), lengths `[B]`."""
 
     def __init__(
         self,
@@ -24,13 +29,18 @@ class LatentCache:
         max_len: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        index_keys: bool = True,
     ) -> None:
         layers = config.num_hidden_layers
         self.max_len = max_len
         self.latent = torch.zeros(
             layers, batch_size, max_len, config.kv_lora_rank + config.qk_rope_head_dim, dtype=dtype, device=device
         )
-        self.index_keys = torch.zeros(layers, batch_size, max_len, config.index_head_dim, dtype=dtype, device=device)
+        self.index_keys = (
+            torch.zeros(layers, batch_size, max_len, config.index_head_dim, dtype=dtype, device=device)
+            if index_keys
+            else None
+        )
         self.lengths = torch.zeros(batch_size, dtype=torch.int64, device=device)
         self._written_positions: torch.Tensor | None = None
         self._slots: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
@@ -48,23 +58,26 @@ class LatentCache:
             raise CacheFullError(f"appending reaches position {int(end.max())} but the cache holds {self.max_len}")
         return torch.where(offsets < new_lengths.unsqueeze(1), positions, -1)
 
-    def write(self, layer: int, positions: torch.Tensor, latent: torch.Tensor, index_key: torch.Tensor) -> None:
-        """Store the new tokens' `latent [B, T, d_c + d_r]` and `index_key [B, T, d_I]` at their positions."""
+    def write(self, layer: int, positions: torch.Tensor, latent: torch.Tensor, index_key: torch.Tensor | None) -> None:
+        """Store the new tokens' `latent [B, T, d_c + d_r]` and `index_key [B, T, d_I]` (when the cache
+        keeps indexer keys) at their positions."""
         if positions is not self._written_positions:
             # Every layer of a pass writes at the same positions: find the slots once per pass.
             batch, token = torch.nonzero(positions >= 0, as_tuple=True)
             self._written_positions, self._slots = positions, (batch, token, positions[batch, token])
         batch, token, slots = self._slots
         self.latent[layer, batch, slots] = latent[batch, token].to(self.latent.dtype)
-        self.index_keys[layer, batch, slots] = index_key[batch, token].to(self.index_keys.dtype)
+        if self.index_keys is not None:
+            self.index_keys[layer, batch, slots] = index_key[batch, token].to(self.index_keys.dtype)
 
     def advance(self, new_lengths: torch.Tensor) -> None:
         """Commit the tokens written by the last forward pass."""
         self.lengths += new_lengths
 
-    def view(self, layer: int, n_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def view(self, layer: int, n_keys: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The first `n_keys` slots of one layer: latents `[B, n_keys, d_c + d_r]` and indexer keys."""
-        return self.latent[layer, :, :n_keys], self.index_keys[layer, :, :n_keys]
+        keys = None if self.index_keys is None else self.index_keys[layer, :, :n_keys]
+        return self.latent[layer, :, :n_keys], keys
 
     def truncate(self, lengths: torch.Tensor | list[int]) -> None:
         """Roll sequences back to `lengths` (e.g. past rejected draft tokens); never grows one."""
@@ -82,7 +95,7 @@ class LatentCache:
         copy = object.__new__(LatentCache)
         copy.max_len = self.max_len
         copy.latent = self.latent[:, index]
-        copy.index_keys = self.index_keys[:, index]
+        copy.index_keys = None if self.index_keys is None else self.index_keys[:, index]
         copy.lengths = self.lengths[index].clone()
         copy._written_positions, copy._slots = None, None
         return copy

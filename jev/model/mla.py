@@ -9,7 +9,7 @@ head and past keys/values are never rebuilt. The softmax scale is `(qk_nope + qk
 (times YaRN's mscale^2) in both forms.
 
 When the indexer's `index_topk` is smaller than the number of visible keys, each query attends
-only to its top-k positions, gathered from the latent cache (`jev.kernels.ops.sparse_mla`); a
+only to its top-k positions of the latent cache (`jev.kernels.ops.sparse_mla_attention`); a
 prefill of at most DENSE_PREFILL_MAX_KEYS keys computes the same attention in the expanded form,
 masked to the selection.
 """
@@ -31,13 +31,6 @@ from jev.model.rope import rotate_interleaved, softmax_scale
 # masked to the indexer's selection: the same softmax over the same keys, but batched matmuls
 # instead of gathering `[B, T, top-k, d_c + d_r]` latents, which costs more below a few thousand.
 DENSE_PREFILL_MAX_KEYS = 2048
-
-
-def selected_key_mask(top: torch.Tensor, n_keys: int) -> torch.Tensor:
-    """`[B, T, n_keys]` bool: the keys in each query's top-k selection (`-1` entries select none)."""
-    mask = torch.zeros(*top.shape[:2], n_keys + 1, dtype=torch.bool, device=top.device)
-    mask.scatter_(-1, torch.where(top < 0, n_keys, top.long()), True)
-    return mask[..., :n_keys]
 
 
 @dataclass
@@ -96,12 +89,18 @@ class MLA(nn.Module):
         k_rope = rotate_interleaved(k_rope, batch.cos, batch.sin).to(latent.dtype)
         kv = torch.cat((self.kv_a_layernorm(latent), k_rope), dim=-1)
         selecting = batch.indexer_losses is None and self.index_topk < batch.n_keys
-        # The indexer keys are read only by a selection or by later passes over the cache.
-        index_key = self.indexer.keys(x, batch.cos, batch.sin) if selecting or batch.cache is not None else None
+        # The indexer keys are read only by a selection, or by later passes over a cache that keeps them.
+        keeps_keys = batch.cache is not None and batch.cache.index_keys is not None
+        index_key = self.indexer.keys(x, batch.cos, batch.sin) if selecting or keeps_keys else None
 
         if batch.cache is not None:
             batch.cache.write(self.layer_idx, batch.positions, kv, index_key)
             kv, index_key = batch.cache.view(self.layer_idx, batch.n_keys)
+            if selecting and index_key is None:
+                raise ValueError(
+                    f"layer {self.layer_idx} selects {self.index_topk} of {batch.n_keys} keys, but the cache was "
+                    f"made for at most {batch.cache.max_len} without indexer keys: make the cache under this top-k"
+                )
 
         if batch.indexer_losses is not None:
             out = self.dense_training_attention(x, q_compressed, q_nope, q_rope, kv, batch)
@@ -110,15 +109,16 @@ class MLA(nn.Module):
                 x, q_compressed, index_key, batch.positions, batch.cos, batch.sin, self.index_topk
             )
             if batch.expanded and batch.n_keys <= DENSE_PREFILL_MAX_KEYS:
-                out = self.expanded_attention(q_nope, q_rope, kv, batch.positions, selected_key_mask(top, batch.n_keys))
+                visible = ops.selected_key_mask(top, batch.n_keys)
+                out = self.expanded_attention(q_nope, q_rope, kv, batch.positions, visible)
             else:
                 q_nope, q_rope = q_nope.to(kv.dtype), q_rope.to(kv.dtype)
-                out_latent, _ = ops.sparse_mla(self.absorb_query(q_nope), q_rope, kv, top, self.scale)
+                out_latent = ops.sparse_mla_attention(self.absorb_query(q_nope), q_rope, kv, top, self.scale)
                 out = self.expand_output(out_latent)
         elif batch.expanded:
             out = self.expanded_attention(q_nope, q_rope, kv, batch.positions)
         else:
-            out_latent, _ = ops.mla_decode(self.absorb_query(q_nope), q_rope, kv, batch.positions, self.scale)
+            out_latent = ops.mla_attention(self.absorb_query(q_nope), q_rope, kv, batch.positions, self.scale)
             out = self.expand_output(out_latent)
         return self.o_proj(out.reshape(size, length, self.n_heads * self.d_v))
 
@@ -198,4 +198,3 @@ class MLA(nn.Module):
         real = batch.positions >= 0
         batch.indexer_losses.append((kl * real).sum() / real.sum().clamp(min=1))
         return torch.einsum("bhts,bshv->bthv", probs, value)
-

@@ -82,8 +82,10 @@ class Model(nn.Module):
         return self.backbone.embed_tokens.weight.dtype
 
     def new_cache(self, batch_size: int, max_len: int) -> LatentCache:
-        """An empty latent cache for `batch_size` sequences of up to `max_len` tokens."""
-        return LatentCache(self.config, batch_size, max_len, dtype=self.dtype, device=self.device)
+        """An empty latent cache for `batch_size` sequences of up to `max_len` tokens; with indexer keys
+        only when a pass over it could select (`max_len` past some layer's top-k)."""
+        selects = max_len > min(layer.self_attn.index_topk for layer in self.backbone.layers)
+        return LatentCache(self.config, batch_size, max_len, dtype=self.dtype, device=self.device, index_keys=selects)
 
     def forward(
         self,
