@@ -1,7 +1,7 @@
 """Half-size weights (`jev.model.weights`, fp16, bf16 and mixed): which products change, a product
 against its rounded weights in float64, that a row's result never depends on its batch, that mixed
-takes bf16's products in fresh passes and fp16's when extending a cache (int4's for a weight on a
-4-bit grid, found exactly), the whole model and its
+takes bf16's products in fresh passes and fp16's when extending a few caches (int4's for a weight on a
+4-bit grid, found exactly) and bf16's in fixed row blocks when extending many, the whole model and its
 cache against float32, greedy speculative decoding on them against plain, a decider folder and
 `jev decide` on them, what `auto` picks, and the refusals."""
 
@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from jev.kernels import ops
 from torch import nn
 
 from jev.decide.decider import Decider
@@ -25,6 +26,7 @@ from jev.model.weights import (
     Int4Linear,
     WeightsError,
     auto_weights,
+    extending_block,
     int4_grid,
     packed_bfloat16,
     packed_product,
@@ -183,6 +185,44 @@ def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypa
     assert seen == expected
 
 
+def test_a_batched_extension_multiplies_every_row_alike_in_fixed_blocks():
+    """A generation's plain steps (one row per sequence) and verify passes (several) share the block."""
+    assert [extending_block(n) for n in (1, 7, 8, 16, 17, 32, 33, 64, 200)] == [None] * 2 + [16, 16, 32, 32, 64, 64, 64]
+    generator = torch.Generator().manual_seed(1)
+    linear = nn.Linear(1536, 576, bias=False)  # a shape whose kernel oneDNN picks by the row count
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(576, 1536, generator=generator) * 0.05)
+    product = STORED["bf16"](linear)
+    x = torch.randn(200, 1536, generator=generator)
+    for block in (16, 32, 64):
+        steps = product.in_blocks_of(x[:block], block)
+        for rows in (1, 3, block + 5, 200):
+            assert torch.equal(product.in_blocks_of(x[:rows], block), steps[:rows] if rows <= block else
+                               torch.cat([steps, product.in_blocks_of(x[block:rows], block)])), (block, rows)
+    exact = x.bfloat16().double() @ linear.weight.detach().bfloat16().double().T
+    torch.testing.assert_close(product.in_blocks_of(x, 64).double(), exact, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("sequences", [2, 8])
+def test_mixed_extends_many_caches_in_bfloat16_blocks_and_few_in_float16(monkeypatch, sequences):
+    model = random_model(tiny_config(), seed=2)
+    store_weights(model, "mixed")
+    ids = torch.randint(0, 97, (sequences, 9), generator=torch.Generator().manual_seed(2))
+    cache = model.new_cache(sequences, 12)
+    shapes = []
+
+    def recording(rows: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+        shapes.append(rows.shape[0])
+        return packed_product(rows, packed)
+
+    monkeypatch.setattr(weights_module, "packed_product", recording)
+    with torch.inference_mode():
+        model(ids[:, :8], cache=cache)
+        shapes.clear()
+        model(ids[:, 8:], cache=cache)
+    assert set(shapes) == ({16} if sequences == 8 else set())
+
+
 @pytest.mark.parametrize(("weights", "bound"), [("fp16", 1e-5), ("bf16", 1e-3), ("mixed", 1e-3)])
 def test_the_model_stays_close_to_float32(weights, bound):
     model = random_model(tiny_config(), seed=0)
@@ -312,12 +352,13 @@ def test_a_bfloat16_pass_that_selects_keys_stays_close_to_float32(monkeypatch):
     # index_topk 4 of 24 keys: every layer's indexer selects, reading the bfloat16 branch's inputs
     model = random_model(tiny_config(index_topk=4), seed=3)
     ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(3))
-    dense_prefill = mla_module.DENSE_PREFILL_MAX_KEYS
+    dense_prefill, fused_sparse = mla_module.DENSE_PREFILL_MAX_KEYS, ops.FUSED_SPARSE_MAX_KEYS
 
     def log_probs(path: str) -> torch.Tensor:
         cache = None if path == "cache-free" else model.new_cache(2, 32)
         # "sparse prefill" gathers the selected latents from the cache instead of masking the keys
         monkeypatch.setattr(mla_module, "DENSE_PREFILL_MAX_KEYS", 0 if path == "sparse prefill" else dense_prefill)
+        monkeypatch.setattr(ops, "FUSED_SPARSE_MAX_KEYS", 0 if path == "sparse prefill" else fused_sparse)
         return torch.log_softmax(model(ids, cache=cache).double(), -1)
 
     paths = ("cache-free", "prefill", "sparse prefill")

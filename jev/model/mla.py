@@ -129,11 +129,11 @@ class MLA(nn.Module):
 
     def absorb_query(self, q_nope: torch.Tensor) -> torch.Tensor:
         """`q_nope [B, T, H, d_nope]` -> `W_UK^T q_nope [B, T, H, d_c]`: a query against raw latents."""
-        return torch.matmul(q_nope.transpose(1, 2), self._up_projection()[0]).transpose(1, 2)
+        return _per_head(q_nope, self._up_projection()[0])
 
     def expand_output(self, out_latent: torch.Tensor) -> torch.Tensor:
         """`[B, T, H, d_c]` -> `W_UV o [B, T, H, d_v]`: attention over latents, projected to values."""
-        return torch.matmul(out_latent.transpose(1, 2), self._up_projection()[1].transpose(1, 2)).transpose(1, 2)
+        return _per_head(out_latent, self._up_projection()[1].transpose(1, 2))
 
     def expanded_attention(
         self,
@@ -198,3 +198,12 @@ class MLA(nn.Module):
         real = batch.positions >= 0
         batch.indexer_losses.append((kl * real).sum() / real.sum().clamp(min=1))
         return torch.einsum("bhts,bshv->bthv", probs, value)
+
+
+def _per_head(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`x [B, T, H, n] @ weight [H, n, m]` per head -> `[B, T, H, m]`, as one batched product over the
+    heads with every token a row. (`torch.matmul` on `[B, H, T, n]` would broadcast the weight to each
+    sequence and copy it: at 16 sequences that copy cost a decode step about 17 ms.)"""
+    size, length, heads, _ = x.shape
+    rows = x.reshape(size * length, heads, -1).transpose(0, 1)
+    return torch.bmm(rows, weight).transpose(0, 1).reshape(size, length, heads, -1)

@@ -13,19 +13,25 @@ matrix products themselves. Three stored forms halve float32's bytes per product
   0.85x fp16's speed and a probability moves about ten times as far (`docs/benchmarks.md`);
   elsewhere bfloat16 is emulated and slow.
 - `mixed`: both, so each pass takes the form that is fast for it: passes over fresh sequences
-  (decisions, prompts) multiply in bfloat16, passes that extend a cache (decoding, verifying drafts)
-  in fp16. A weight that lies on a 4-bit grid per 32 inputs, as the base's Q4_1 blocks do (every
-  MLP of the shipped model: conversion and fine-tuning leave them alone), extends a cache through
-  torch's int4 weight-only kernel instead, on those same 4-bit codes: a quarter of fp16's bytes,
-  with the activations, scales and offsets rounded to bfloat16.
+  (decisions, prompts) multiply in bfloat16; passes that extend the caches of fewer than
+  BATCHED_EXTENDING sequences (decoding, verifying drafts) in fp16. A weight that lies on a 4-bit
+  grid per 32 inputs, as the base's Q4_1 blocks do (every MLP of the shipped model: conversion and
+  fine-tuning leave them alone), extends a cache through torch's int4 weight-only kernel instead, on
+  those same 4-bit codes: a quarter of fp16's bytes, with the activations, scales and offsets
+  rounded to bfloat16. fp16 and int4 cost a row each: over the shipped model's products, 13.6 ms
+  for 1 row, 39.8 for 16, 210 for 128 (2 threads, this project's Xeon), where bfloat16 on AMX costs
+  19 to 32 ms up to 64 rows. So a pass extending the caches of BATCHED_EXTENDING or more sequences
+  multiplies in bfloat16 too, in blocks of exactly `extending_block(sequences)` rows.
 
 fp16 and int4 keep each row's result a function of its own input row only. bf16 does too within one
 block size, but oneDNN picks its kernel by the row count, and a row multiplied in blocks of another
-size can come out one bfloat16 step apart: a decision's probabilities can move at that level with
-what else is in its batch. `mixed` picks the form by the kind of pass, never by its shape, and
-extends caches only through the row-invariant forms, so a verified block scores each position as
-plain decoding does (the speculative path stays lossless, as on fp16; on bf16 a verified block and
-a plain step may part at such a near-tie).
+size can come out one bfloat16 step apart (44 of 1,899 matrix and row-count pairs of the shipped
+model, against none by position within a block): a decision's probabilities can move at that level
+with what else is in its batch. `mixed` picks the form by the kind of pass and the number of
+sequences, never by the number of tokens, and a batched extension's block is fixed by the number of
+sequences alone, so a generation's plain steps and verify passes multiply every row alike: a
+verified block scores each position as plain decoding does (the speculative path stays lossless,
+as on fp16; on bf16 a verified block and a plain step may part at such a near-tie).
 `auto` takes `mixed` where fbgemm and oneDNN run and the CPU has native bfloat16, fp16 where only
 fbgemm runs (x86), else float32. What each moves is measured on test decisions (`benchmarks/weights.py`).
 
@@ -119,6 +125,16 @@ class Bf16Linear(nn.Module):
         out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
         return out.view(*x.shape[:-1], -1).to(x.dtype)
 
+    def in_blocks_of(self, x: torch.Tensor, block: int) -> torch.Tensor:
+        """`x W^T` multiplied in blocks of exactly `block` rows (the last padded with zeros): one kernel
+        for every call, so a row's result never depends on how many rows came with it."""
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        size = len(rows)
+        rows = F.pad(rows, (0, 0, 0, -size % block))
+        blocks = [packed_product(rows[start : start + block], self.packed) for start in range(0, len(rows), block)]
+        out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+        return out[:size].view(*x.shape[:-1], -1).to(x.dtype)
+
     def _block(self, block: torch.Tensor) -> torch.Tensor:
         size, padded = len(block), padded_rows(len(block))
         return packed_product(F.pad(block, (0, 0, 0, padded - size)) if padded > size else block, self.packed)[:size]
@@ -176,22 +192,42 @@ class Int4Linear(nn.Module):
         return out.view(*x.shape[:-1], -1).to(x.dtype)
 
 
-class PassKind:
-    """Whether the pass now running is over fresh sequences, as the model's decoder layers report it.
+# Passes extending the caches of this many sequences or more multiply in bfloat16 (`mixed`), in fixed
+# blocks of the first of EXTENDING_BLOCKS rows that holds them all (the last for more): the products
+# of the shipped model in blocks of 16 / 32 / 64 rows cost 19 / 21 / 32 ms for 16 / 32 / 64 rows,
+# fp16 and int4 24 ms at 8 rows and 40 at 16, but 14 at one row.
+BATCHED_EXTENDING = 8
+EXTENDING_BLOCKS = (16, 32, 64)
 
-    One flag per model: passes run one at a time (a decider's compute lock serialises them)."""
+
+def extending_block(sequences: int) -> int | None:
+    """The row block a `mixed` pass extending `sequences` caches multiplies in, in bfloat16; None for
+    fp16 and int4."""
+    if sequences < BATCHED_EXTENDING:
+        return None
+    return next((block for block in EXTENDING_BLOCKS if sequences <= block), EXTENDING_BLOCKS[-1])
+
+
+class PassKind:
+    """What the pass now running is, as the model's decoder layers report it: over fresh sequences,
+    and otherwise the row block its bfloat16 products take (None: fp16 and int4).
+
+    One per model: passes run one at a time (a decider's compute lock serialises them)."""
 
     def __init__(self) -> None:
         self.fresh = False
+        self.block: int | None = None
 
     def observe(self, layer: DecoderLayer, args: tuple) -> None:
         """A forward pre-hook of each decoder layer: `args[1]` is the pass's `AttentionBatch`."""
-        self.fresh = args[1].expanded
+        batch = args[1]
+        self.fresh = batch.expanded
+        self.block = None if batch.expanded or batch.cache is None else extending_block(batch.cache.batch_size)
 
 
 class MixedLinear(nn.Module):
-    """`x W^T` in bfloat16 within a pass over fresh sequences, otherwise through fbgemm's float16, or
-    the int4 kernel for a weight on a 4-bit grid.
+    """`x W^T` in bfloat16 within a pass over fresh sequences or one extending many caches (in fixed
+    row blocks), otherwise through fbgemm's float16, or the int4 kernel for a weight on a 4-bit grid.
 
     The LM head runs after the last layer, so it takes the form of the pass it ends."""
 
@@ -203,7 +239,11 @@ class MixedLinear(nn.Module):
         self.kind = kind
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fresh(x) if self.kind.fresh else self.extending(x)
+        if self.kind.fresh:
+            return self.fresh(x)
+        if self.kind.block is not None:
+            return self.fresh.in_blocks_of(x, self.kind.block)
+        return self.extending(x)
 
 
 STORED = {"fp16": Fp16Linear, "bf16": Bf16Linear, "mixed": MixedLinear}
