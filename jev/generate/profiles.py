@@ -26,8 +26,9 @@ from jev.generate.scheduler import VerifyProfile
 from jev.model import Model
 
 # Raised when the same stored weights' form starts to cost differently per pass (2: mixed extends
-# caches through int4 where a weight is on a 4-bit grid), so profiles measured before are re-measured.
-PROFILE_VERSION = 2
+# caches through int4 where a weight is on a 4-bit grid; 3: attention through torch's fused kernel,
+# and mixed extends 8 or more caches in bfloat16), so profiles measured before are re-measured.
+PROFILE_VERSION = 3
 
 
 def cache_dir() -> Path:
