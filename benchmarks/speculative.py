@@ -164,8 +164,8 @@ def main() -> None:
         print(f"skipping draft lengths above {most}: the drafter drafts at most {most} tokens per pass")
         args.draft_lens = [k for k in args.draft_lens if k <= most]
     longest = max(args.draft_lens)
-    totals = sorted({1, *(b * (k + 1) for b in args.batches for k in (0, *args.draft_lens))})
-    scheduler = LoadAwareScheduler(VerifyProfile.measure(target, totals, context=args.prompt_tokens, width=longest + 1))
+    profile = VerifyProfile.measure(target, sorted(set(args.batches)), context=args.prompt_tokens, width=longest + 1)
+    scheduler = LoadAwareScheduler(profile)
 
     prompts, warm = prompts[: max(args.batches)], prompts[max(args.batches) :]
     run(target, prompts[:1], 2, args.temperature, drafter, 1, None)  # warm-up: first-call allocations

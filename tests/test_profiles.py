@@ -36,7 +36,7 @@ class GatedMeasure:
     def __call__(self, model, **kwargs) -> VerifyProfile:
         self.calls += 1
         assert self.release.wait(30), "the test never released the profile"
-        return VerifyProfile(tokens=(1, 8), steps_per_second=(100.0, 90.0))
+        return VerifyProfile(rows=(1,), widths=(1, 8), seconds=((0.01, 0.011),))
 
 
 @pytest.mark.slow
@@ -129,9 +129,9 @@ def test_every_timed_pass_holds_the_compute_lock() -> None:
         return forward(*args, **kwargs)
 
     model.forward = checked
-    profile = VerifyProfile.measure(model, totals=(1, 4, 9), context=8, width=3, repeats=2, lock=lock)
-    assert lock.entered == 3 * 2 and profile.tokens == (1, 4, 9)
-    assert all(rate > 0 for rate in profile.steps_per_second)
+    profile = VerifyProfile.measure(model, rows=(1, 4), context=8, width=3, repeats=2, lock=lock)
+    assert lock.entered == 2 * 3 * 2 and profile.rows == (1, 4) and profile.widths == (1, 2, 3)
+    assert all(t > 0 for row in profile.seconds for t in row)
 
 
 def test_an_unsaved_decider_measures_without_storing(tmp_path, monkeypatch) -> None:

@@ -114,7 +114,7 @@ def test_mixed_settings_and_the_load_aware_scheduler(target: Model) -> None:
     """Greedy rows stay identical to plain greedy next to sampled rows under a survival-reading policy."""
     temperatures = [0.0, 1.0] * 8
     plain = generate(target, PROMPTS, NEW, temperature=0.0)
-    scheduler = LoadAwareScheduler(VerifyProfile((1, 20, 40), (1.0, 1.0, 0.4)))
+    scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 20, 40), (1.0, 1.0, 0.4)))
     spec = generate(
         target,
         PROMPTS,

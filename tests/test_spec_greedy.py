@@ -68,7 +68,7 @@ def test_drafter_cache_matches_its_own_plain_pass(target: Model) -> None:
 def test_mixed_batch_settings_stop_tokens_and_policies(target: Model) -> None:
     """Greedy rows stay identical to plain greedy next to sampled rows, under any verify policy."""
     temperatures = [0.0, 1.0] * 12
-    profile = VerifyProfile((1, 30, 60), (1.0, 1.0, 0.4))
+    profile = VerifyProfile.by_positions((1, 30, 60), (1.0, 1.0, 0.4))
     plain = generate(target, PROMPTS, NEW, temperature=0.0, stop=[5])
     for policy in (None, LoadAwareScheduler(profile)):
         spec = generate(

@@ -40,7 +40,7 @@ def test_a_copy_reaching_the_end_of_the_text_repeats_it() -> None:
 def test_no_earlier_occurrence_drafts_nothing_worth_verifying() -> None:
     survival = proposed([1, 2, 3, 4], 3)[1]
     assert survival == [0.0, 0.0, 0.0]
-    assert LoadAwareScheduler(VerifyProfile((1, 100), (1.0, 1.0))).verify_lengths(
+    assert LoadAwareScheduler(VerifyProfile.by_positions((1, 100), (1.0, 1.0))).verify_lengths(
         torch.tensor([survival], dtype=torch.float64), torch.tensor([True])
     ).tolist() == [0]
 
@@ -62,7 +62,7 @@ def test_greedy_decoding_with_it_writes_plain_decodings_text(policy) -> None:
     target = random_model(tiny_config(vocab_size=64), seed=2)
     prompts = [[5, 9, 5, 9, 5], [1, 2, 3], [7] * 6, [3, 4, 3, 4, 8, 3, 4]]
     plain = generate(target, prompts, 24, temperature=0.0, seed=0)
-    scheduler = LoadAwareScheduler(VerifyProfile((1, 1000), (1.0, 1.0))) if policy else None
+    scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 1000), (1.0, 1.0))) if policy else None
     drafted = generate(
         target, prompts, 24, temperature=0.0, seed=0, drafter=LookupDrafter(64), draft_len=4, policy=scheduler
     )

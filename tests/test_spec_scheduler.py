@@ -18,14 +18,31 @@ def on(n: int) -> torch.Tensor:
 
 def flat_then_linear(knee: int) -> VerifyProfile:
     """Pass time constant up to `knee` tokens, then proportional to tokens (compute-bound)."""
-    return VerifyProfile((1, knee, 4 * knee), (1.0, 1.0, 0.25))
+    return VerifyProfile.by_positions((1, knee, 4 * knee), (1.0, 1.0, 0.25))
+
+
+def seconds(profile: VerifyProfile, rows: int, width: int) -> float:
+    return float(profile.pass_seconds(rows, torch.tensor([width]))[0])
 
 
 def test_profile_interpolates_pass_time() -> None:
     profile = flat_then_linear(10)
-    assert profile.sps(1) == profile.sps(10) == 1.0
-    assert profile.sps(25) == pytest.approx(1 / 2.5)
-    assert profile.sps(80) == pytest.approx(1 / 8)
+    assert seconds(profile, 1, 1) == seconds(profile, 2, 5) == 1.0
+    assert seconds(profile, 5, 5) == pytest.approx(2.5)
+    assert seconds(profile, 10, 8) == pytest.approx(8)
+
+
+def test_a_measured_grid_interpolates_between_sequences_and_widths_and_extends_past_them() -> None:
+    """Seconds of a pass by sequences (rows 1, 4) and width (1, 3): linear between, on the last
+    segment's line past them."""
+    profile = VerifyProfile(rows=(1, 4), widths=(1, 3), seconds=((1.0, 2.0), (4.0, 10.0)))
+    assert seconds(profile, 1, 2) == pytest.approx(1.5)
+    assert seconds(profile, 4, 5) == pytest.approx(16.0)
+    assert seconds(profile, 2, 1) == pytest.approx(2.0)
+    assert seconds(profile, 2, 3) == pytest.approx(2.0 + (10.0 - 2.0) / 3)
+    assert seconds(profile, 7, 1) == pytest.approx(7.0)
+    widths = torch.tensor([1, 2, 3, 5])
+    assert profile.pass_seconds(3, widths).tolist() == pytest.approx([seconds(profile, 3, w) for w in (1, 2, 3, 5)])
 
 
 def test_free_verification_admits_every_draft() -> None:
@@ -36,7 +53,7 @@ def test_free_verification_admits_every_draft() -> None:
 
 
 def test_compute_bound_verification_admits_nothing_and_skips_drafting() -> None:
-    scheduler = LoadAwareScheduler(VerifyProfile((1, 2), (1.0, 0.5)))
+    scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 2), (1.0, 0.5)))
     assert scheduler.draft_depth(on(4), 5) == 0
     survival = torch.full((4, 5), 0.99, dtype=torch.float64)
     assert scheduler.verify_lengths(survival, torch.ones(4, dtype=torch.bool)).tolist() == [0, 0, 0, 0]
@@ -49,7 +66,7 @@ def test_every_row_verifies_the_width_where_throughput_first_drops() -> None:
     2.37: drops, so both rows verify one draft, row 1 too, whose 0.5 costs nothing in the rectangle
     that row 0's draft opens.
     """
-    scheduler = LoadAwareScheduler(VerifyProfile((1, 4, 7), (1.0, 1.0, 0.5)))
+    scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 4, 7), (1.0, 1.0, 0.5)))
     survival = torch.tensor([[0.9, 0.45], [0.5, 0.1]], dtype=torch.float64)
     assert scheduler.verify_lengths(survival, on(2)).tolist() == [1, 1]
 
@@ -59,7 +76,7 @@ def reference_width(profile: VerifyProfile, survival: list[list[float]], rows: i
     theta = []
     for w in range(len(survival[0]) + 1):
         tokens = len(survival) + sum(sum(row[:w]) for row in survival)
-        theta.append(tokens * profile.sps(rows * (1 + w)))
+        theta.append(tokens / seconds(profile, rows, 1 + w))
         if w and theta[w] <= theta[w - 1]:
             return w - 1
     return len(survival[0])
@@ -78,7 +95,7 @@ def test_verify_width_matches_an_explicit_loop_and_ignores_inactive_rows_surviva
 
 def test_draft_depth_picks_the_best_width_not_the_first_drop() -> None:
     """A step in pass time at 2 positions, flat after it: one draft per row loses, three win."""
-    scheduler = LoadAwareScheduler(VerifyProfile((1, 2, 8), (1.0, 0.5, 0.5)))
+    scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 2, 8), (1.0, 0.5, 0.5)))
     assert scheduler.draft_depth(on(1), 3) == 3
     assert scheduler.draft_depth(on(1), 1) == 0
 
@@ -106,7 +123,7 @@ def test_no_draft_round_costs_a_plain_step() -> None:
     target = random_model(tiny_config(), seed=0)
     drafter = CountingDrafter(random_model(tiny_config(num_hidden_layers=1), seed=1))
     prompts = [[1, 2, 3], [4, 5]]
-    scheduler = LoadAwareScheduler(VerifyProfile((1, 2), (1.0, 0.1)))
+    scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 2), (1.0, 0.1)))
     plain = generate(target, prompts, 6, seed=3)
     spec = generate(target, prompts, 6, seed=3, drafter=drafter, draft_len=4, policy=scheduler)
     assert spec.tokens == plain.tokens
@@ -114,8 +131,9 @@ def test_no_draft_round_costs_a_plain_step() -> None:
 
 
 def test_profile_measures_a_real_model() -> None:
-    profile = VerifyProfile.measure(random_model(tiny_config(), seed=0), totals=(1, 8), context=8, repeats=1)
-    assert profile.tokens == (1, 8) and all(rate > 0 for rate in profile.steps_per_second)
+    profile = VerifyProfile.measure(random_model(tiny_config(), seed=0), rows=(1, 8), context=8, width=3, repeats=1)
+    assert profile.rows == (1, 8) and profile.widths == (1, 2, 3)
+    assert all(t > 0 for row in profile.seconds for t in row)
 
 
 def measured(survival: list[float], draft_seconds_per_token: float, drafted_ratio: float = 1.0) -> LoadAwareScheduler:
@@ -196,7 +214,7 @@ def test_past_rounds_calibrate_the_drafters_claims_before_a_width_is_opened() ->
     """A pass of 2 positions takes 1.5 s, of 1 position 1 s. A drafter claiming 0.9 opens width 1
     (1.9 tokens in 1.5 s beat 1 in 1 s); once a quarter of its 0.9 claims have held, its 0.9 counts
     as 0.225 (1.225 tokens in 1.5 s) and the width stays 0."""
-    scheduler = LoadAwareScheduler(VerifyProfile((1, 2), (1.0, 1 / 1.5)))
+    scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 2), (1.0, 1 / 1.5)))
     claim = torch.tensor([[0.9]], dtype=torch.float64)
     assert scheduler.verify_lengths(claim, on(1)).tolist() == [1]
     for round_ in range(LoadAwareScheduler.MIN_OUTCOMES):

@@ -115,7 +115,7 @@ class Threshold(FixedLength):
 def load_aware() -> LoadAwareScheduler:
     """A synthetic profile: flat up to 2 tokens per sequence of 20k, then pass time grows linearly."""
     tokens = (1, 40_000, 80_000, 160_000)
-    return LoadAwareScheduler(VerifyProfile(tokens, (1.0, 1.0, 0.5, 0.25)))
+    return LoadAwareScheduler(VerifyProfile.by_positions(tokens, (1.0, 1.0, 0.5, 0.25)))
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def _run_profile(args: argparse.Namespace) -> int:
     elif decider.profiling.wait() is None:
         raise JevError(f"measuring the verify profile failed: {decider.profiling.error}")
     else:
-        rates = decider.profiling.profile.steps_per_second
-        print(f"stored the verify profile of {folder} in {cache_dir()}: {rates[0]:.1f} passes/s for one token")
+        one = decider.profiling.profile.seconds[0][0]
+        print(f"stored the verify profile of {folder} in {cache_dir()}: {1 / one:.1f} passes/s for one token")
     return 0
 

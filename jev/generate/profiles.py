@@ -27,7 +27,8 @@ from jev.model import Model
 
 # Raised when the same stored weights' form starts to cost differently per pass (2: mixed extends
 # caches through int4 where a weight is on a 4-bit grid; 3: attention through torch's fused kernel,
-# and mixed extends 8 or more caches in bfloat16), so profiles measured before are re-measured.
+# mixed extends 8 or more caches in bfloat16, and a profile is timed by sequences and width), so
+# profiles measured before are re-measured.
 PROFILE_VERSION = 3
 
 
@@ -73,7 +74,8 @@ def load_profile(file: Path) -> VerifyProfile | None:
     """The profile stored in `file` (see `profile_file`), or None (none yet, or unreadable)."""
     try:
         saved = json.loads(file.read_text())
-        return VerifyProfile(tuple(saved["tokens"]), tuple(saved["steps_per_second"]))
+        seconds = tuple(tuple(float(t) for t in row) for row in saved["seconds"])
+        return VerifyProfile(tuple(saved["rows"]), tuple(saved["widths"]), seconds)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -81,7 +83,7 @@ def load_profile(file: Path) -> VerifyProfile | None:
 def save_profile(file: Path, profile: VerifyProfile) -> None:
     """Store `profile` in `file`, atomically (a reader sees the old file or the new one); a read-only
     cache folder is not an error, the profile is then measured again next time."""
-    saved = {"tokens": list(profile.tokens), "steps_per_second": list(profile.steps_per_second)}
+    saved = {"rows": list(profile.rows), "widths": list(profile.widths), "seconds": [list(r) for r in profile.seconds]}
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         partial = file.with_suffix(f".{os.getpid()}.tmp")

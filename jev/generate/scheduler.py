@@ -1,17 +1,17 @@
 """How many drafted tokens each sequence verifies per round: fixed, or load-aware (DSpark Algorithm 1).
 
 Verification is nearly free while the target pass is memory-bound and stops being free once the
-pass's positions make it compute-bound. `LoadAwareScheduler` profiles the target's verify-pass
-rate SPS(N) (passes per second for N positions in the pass) once. DSpark's Algorithm 1 admits
-drafts one by one, by estimated prefix survival a_{r,j}, while the expected tokens per second
-`tau * SPS(N)` rises, which fits an engine whose pass costs its tokens. Jev's pass costs its
-rectangle (rows x the longest row; `docs/benchmarks.md`), so the same rule runs over widths: each
-round every active row verifies w drafts, w growing while `tau * SPS(N)` rises. It reads only the
+pass's positions make it compute-bound. `LoadAwareScheduler` profiles the target's verify passes
+once (`VerifyProfile`: seconds by the number of sequences and the tokens each extends by). DSpark's
+Algorithm 1 admits drafts one by one, by estimated prefix survival a_{r,j}, while the expected
+tokens per second `tau * SPS(N)` (SPS(N): passes per second with N positions) rises, which fits an
+engine whose pass costs its tokens. Jev's pass costs its rectangle (rows x the longest row;
+`docs/benchmarks.md`), so the same rule runs over widths: each round every active row verifies w
+drafts, w growing while the expected tokens per second rise. It reads only the
 survival estimates, never the drafted tokens, and entry j of the estimate is computed before x_j
 is drawn, so the decision to verify x_j never depends on x_j or later tokens (DSpark App. A).
 """
 
-import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -51,42 +51,67 @@ class FixedLength:
         """A fixed length learns nothing from outcomes."""
 
 
+def _piecewise(x: torch.Tensor, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """`y(x)` linear between the points `(xs, ys)` (xs ascending), flat before the first, on the last
+    segment's line past the last; proportional to x through a single point."""
+    if len(xs) == 1:
+        return ys[0] * x / xs[0]
+    upper = torch.searchsorted(xs, x).clamp(1, len(xs) - 1)
+    lo, hi = xs[upper - 1], xs[upper]
+    y = ys[upper - 1] + (ys[upper] - ys[upper - 1]) * (x - lo) / (hi - lo)
+    return torch.where(x <= xs[0], ys[0], y)
+
+
 @dataclass(frozen=True)
 class VerifyProfile:
-    """Measured target verify passes per second by total batch tokens (ascending `tokens`)."""
+    """Measured seconds of one cached target pass over `rows[i]` sequences that each extend by
+    `widths[j]` tokens: `seconds[i][j]` (both axes ascending).
 
-    tokens: tuple[int, ...]
-    steps_per_second: tuple[float, ...]
+    A pass's cost depends on both, not on its positions alone: with `mixed` weights the products'
+    form follows the number of sequences (fp16 and int4 cost a row each, bfloat16 a block of rows),
+    and every row costs the longest row's width (the rectangle)."""
 
-    def sps(self, total: int) -> float:
-        """Passes/s for `total` tokens: linear in pass time between measured points, extrapolated past them."""
-        return float(self.sps_many(torch.tensor([total]))[0])
+    rows: tuple[int, ...]
+    widths: tuple[int, ...]
+    seconds: tuple[tuple[float, ...], ...]
 
-    def sps_many(self, totals: torch.Tensor) -> torch.Tensor:
-        """`sps` of every entry of `totals` at once (float64): the scheduler asks for hundreds per round."""
-        tokens = torch.tensor(self.tokens, dtype=torch.float64)
-        seconds = 1.0 / torch.tensor(self.steps_per_second, dtype=torch.float64)
-        totals = totals.to(torch.float64)
-        if len(tokens) == 1:
-            return torch.full_like(totals, self.steps_per_second[0])
-        upper = torch.searchsorted(tokens, totals).clamp(1, len(tokens) - 1)
-        lo, hi = tokens[upper - 1], tokens[upper]
-        t = seconds[upper - 1] + (seconds[upper] - seconds[upper - 1]) * (totals - lo) / (hi - lo)
-        t = torch.where(totals <= tokens[0], seconds[0], t)
-        return 1.0 / t.clamp(min=1e-12)
+    def pass_seconds(self, rows: int, widths: torch.Tensor) -> torch.Tensor:
+        """Predicted seconds (float64) of a pass of `rows` sequences, each `widths[k]` tokens wide: linear
+        between measured widths and measured row counts, extrapolated on the last segment past them."""
+        widths = widths.to(torch.float64)
+        measured = torch.tensor(self.seconds, dtype=torch.float64)
+        grid = torch.tensor(self.widths, dtype=torch.float64)
+        by_rows = torch.stack([_piecewise(widths, grid, row) for row in measured])
+        counts = torch.tensor(self.rows, dtype=torch.float64)
+        wanted = torch.full_like(widths, float(rows))
+        return torch.stack([_piecewise(wanted[k : k + 1], counts, by_rows[:, k])[0] for k in range(len(widths))])
+
+    @classmethod
+    def by_positions(
+        cls, tokens: Sequence[int], steps_per_second: Sequence[float], max_rows: int = 64, max_width: int = 9
+    ) -> "VerifyProfile":
+        """The profile of an engine whose pass costs what its positions (rows x width) cost, from passes
+        per second measured at `tokens` positions (linear in pass time between them), on every row
+        count and width up to `max_rows` and `max_width`."""
+        seconds = 1.0 / torch.tensor(steps_per_second, dtype=torch.float64)
+        points = torch.tensor(tokens, dtype=torch.float64)
+        rows, widths = range(1, max_rows + 1), range(1, max_width + 1)
+        grid = [_piecewise(torch.tensor([r * w for w in widths], dtype=torch.float64), points, seconds) for r in rows]
+        return cls(tuple(rows), tuple(widths), tuple(tuple(row.tolist()) for row in grid))
 
     @classmethod
     @torch.no_grad()
     def measure(
         cls,
         model: Model,
-        totals: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
+        rows: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
         context: int = 32,
         width: int = 5,
         repeats: int = 3,
         lock: AbstractContextManager | None = None,
     ) -> "VerifyProfile":
-        """Time one cached target pass of `total` new tokens, laid out as rows of up to `width` tokens.
+        """Time cached target passes over each of `rows` sequences, each extending by 1, 2, 4 and `width`
+        tokens (those up to `width`).
 
         Each row first holds `context` cached positions. Neither token ids nor cached values change
         a pass's cost, so the cache is not prefilled: its zero positions are committed as they are.
@@ -94,23 +119,24 @@ class VerifyProfile:
         pass runs under `lock` (the decider's compute lock), never beside another pass.
         """
         lock = lock or nullcontext()
-        rates = []
-        for total in totals:
-            rows = math.ceil(total / width)
-            cache = model.new_cache(rows, context + width)
-            cache.advance(torch.full((rows,), context, dtype=torch.int64, device=cache.lengths.device))
-            lengths = torch.full((rows,), total // rows, dtype=torch.int64)
-            lengths[: total % rows] += 1
-            new = torch.zeros(rows, int(lengths.max()), dtype=torch.int64, device=model.device)
-            timings = []
-            for _ in range(repeats):
-                with lock:
-                    started = time.perf_counter()
-                    model(new, cache=cache, lengths=lengths)
-                    timings.append(time.perf_counter() - started)
-                cache.truncate(torch.full((rows,), context))
-            rates.append(1.0 / statistics.median(timings))
-        return cls(tokens=tuple(totals), steps_per_second=tuple(rates))
+        widths = tuple(sorted({w for w in (1, 2, 4, width) if w <= width}))
+        seconds = []
+        for count in rows:
+            cache = model.new_cache(count, context + width)
+            cache.advance(torch.full((count,), context, dtype=torch.int64, device=cache.lengths.device))
+            measured = []
+            for wide in widths:
+                new = torch.zeros(count, wide, dtype=torch.int64, device=model.device)
+                timings = []
+                for _ in range(repeats):
+                    with lock:
+                        started = time.perf_counter()
+                        model(new, cache=cache)
+                        timings.append(time.perf_counter() - started)
+                    cache.truncate(torch.full((count,), context))
+                measured.append(statistics.median(timings))
+            seconds.append(tuple(measured))
+        return cls(rows=tuple(rows), widths=widths, seconds=tuple(seconds))
 
 
 class LoadAwareScheduler:
@@ -161,7 +187,7 @@ class LoadAwareScheduler:
         if depth:
             self._draft_started = (time.perf_counter(), depth)
         else:
-            self._start_round("plain", rows)
+            self._start_round("plain", rows, 0)
         return depth
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
@@ -184,7 +210,7 @@ class LoadAwareScheduler:
             known = self.draft_seconds.get(depth)
             self.draft_seconds[depth] = seconds if known is None else 0.5 * known + 0.5 * seconds
             self._draft_started = None
-        self._start_round("drafted", len(active) * (1 + width))
+        self._start_round("drafted", len(active), width)
         return torch.where(active, width, 0).to(device=survival.device, dtype=torch.int64)
 
     def record(self, n_verified: torch.Tensor, n_accepted: torch.Tensor) -> None:
@@ -246,10 +272,11 @@ class LoadAwareScheduler:
         n, k = survival.shape
         widths = torch.arange(k + 1, dtype=torch.float64)
         tokens = n + torch.cat((torch.zeros(1, dtype=torch.float64), survival.sum(0).cumsum(0)))
-        seconds = self.round_ratio["drafted"] / self.profile.sps_many(rows * (1 + widths))
+        passes = self.profile.pass_seconds(rows, 1 + widths)
+        seconds = self.round_ratio["drafted"] * passes
         if drafting:
             seconds = seconds + self._drafting_seconds(k)
-            seconds[0] = self.round_ratio["plain"] / self.profile.sps(rows)
+            seconds[0] = self.round_ratio["plain"] * passes[0]
         return tokens / seconds
 
     def _drafting_seconds(self, k: int) -> torch.Tensor:
@@ -270,8 +297,10 @@ class LoadAwareScheduler:
         below, above = depths * times[0] / known[0], depths * times[-1] / known[-1]
         return torch.where(depths < known[0], below, torch.where(depths > known[-1], above, between))
 
-    def _start_round(self, kind: str, positions: int) -> None:
-        self._mark = (kind, time.perf_counter(), 1.0 / self.profile.sps(positions))
+    def _start_round(self, kind: str, rows: int, width: int) -> None:
+        """A round of `rows` sequences verifying `width` drafts each begins: its pass is predicted now."""
+        predicted = float(self.profile.pass_seconds(rows, torch.tensor([1 + width]))[0])
+        self._mark = (kind, time.perf_counter(), predicted)
 
     def _finish_round(self) -> None:
         """Fold the last round's measured time over the profile's prediction into the running ratio."""
