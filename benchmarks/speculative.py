@@ -164,7 +164,8 @@ def main() -> None:
         print(f"skipping draft lengths above {most}: the drafter drafts at most {most} tokens per pass")
         args.draft_lens = [k for k in args.draft_lens if k <= most]
     longest = max(args.draft_lens)
-    profile = VerifyProfile.measure(target, sorted(set(args.batches)), context=args.prompt_tokens, width=longest + 1)
+    rows = sorted({*args.batches, WARM_UP})  # the warm-up run's batch too
+    profile = VerifyProfile.measure(target, rows, context=args.prompt_tokens, width=longest + 1)
     scheduler = LoadAwareScheduler(profile)
 
     prompts, warm = prompts[: max(args.batches)], prompts[max(args.batches) :]

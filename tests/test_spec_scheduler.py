@@ -136,14 +136,17 @@ def test_profile_measures_a_real_model() -> None:
     assert all(t > 0 for row in profile.seconds for t in row)
 
 
-def measured(survival: list[float], draft_seconds_per_token: float, drafted_ratio: float = 1.0) -> LoadAwareScheduler:
+def measured(
+    survival: list[float], draft_seconds_per_token: float, round_ratio: float = 1.0, rows: int = 1
+) -> LoadAwareScheduler:
     """A scheduler on a flat profile (1 pass/s) that has measured rounds like these (drafting as deep
-    as `survival`, at `draft_seconds_per_token` a token)."""
+    as `survival`, at `draft_seconds_per_token` a token; rounds of `rows` sequences taking
+    `round_ratio` times their pass)."""
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
     scheduler.expected_survival = torch.tensor(survival, dtype=torch.float64)
     if draft_seconds_per_token:
         scheduler.draft_seconds = {len(survival): len(survival) * draft_seconds_per_token}
-    scheduler.round_ratio["drafted"] = drafted_ratio
+    scheduler.round_ratio[rows] = round_ratio
     return scheduler
 
 
@@ -154,13 +157,15 @@ def test_measured_drafting_cost_and_low_survival_turn_drafting_off() -> None:
     assert measured([0.2, 0.04, 0.01], 0.01).draft_depth(on(2), 3) == 2, "a third draft: 0.02 tokens for 0.01 s"
 
 
-def test_round_overhead_is_measured_per_kind_of_round() -> None:
-    """A drafted round that really takes far longer than its bare target pass stops paying."""
-    assert measured([0.5, 0.25], 0.0).draft_depth(on(1), 2) == 2
-    scheduler = measured([0.5, 0.25], 0.0, drafted_ratio=5.0)
-    assert scheduler.draft_depth(on(1), 2) == 0
+def test_round_overhead_is_measured_per_number_of_sequences() -> None:
+    """Rounds that take far longer than their bare target pass make the drafting time weigh less:
+    1 s of drafting for 1.5 more tokens pays where a pass really takes 5 s, not where it takes 1 s."""
+    assert measured([0.5, 0.25], 0.5).draft_depth(on(1), 2) == 0
+    scheduler = measured([0.5, 0.25], 0.5, round_ratio=5.0)
+    assert scheduler.draft_depth(on(2), 2) == 0, "measured at one sequence only"
+    assert scheduler.draft_depth(on(1), 2) == 2
     scheduler.verify_lengths(torch.tensor([[0.6, 0.3]], dtype=torch.float64), torch.tensor([True]))
-    assert scheduler.expected_survival.tolist() == [0.6, 0.3] and scheduler.draft_seconds == {}
+    assert scheduler.expected_survival.tolist() == [0.6, 0.3] and set(scheduler.draft_seconds) == {2}
 
 
 def test_a_real_round_is_timed() -> None:
@@ -169,8 +174,17 @@ def test_a_real_round_is_timed() -> None:
     scheduler.verify_lengths(torch.tensor([[0.9, 0.8]], dtype=torch.float64), torch.tensor([True]))
     assert set(scheduler.draft_seconds) == {2} and scheduler.draft_seconds[2] > 0
     scheduler.record(torch.tensor([2]), torch.tensor([1]))
-    assert scheduler.round_ratio["drafted"] < 1.0, "a microsecond round against a 1 s profile"
-    assert scheduler.draft_depth(on(1), 2) == 2 and scheduler.round_ratio["plain"] == 1.0
+    assert scheduler.round_ratio[1] < 1.0, "a microsecond round against a 1 s profile"
+    assert 2 not in scheduler.round_ratio
+
+
+def test_after_a_run_of_plain_rounds_the_drafter_runs_again() -> None:
+    """Survival estimates come only from rounds that draft; a drafter whose chances change with the
+    text (the lookup drafter's copies) is asked again after EXPLORE_AFTER plain rounds."""
+    scheduler = measured([0.0, 0.0], 0.01)
+    depths = [scheduler.draft_depth(on(1), 2) for _ in range(LoadAwareScheduler.EXPLORE_AFTER + 1)]
+    assert depths == [0] * LoadAwareScheduler.EXPLORE_AFTER + [2]
+    assert scheduler.plain_streak == 0
 
 
 def test_observed_acceptance_overrides_the_drafters_optimism() -> None:

@@ -149,28 +149,37 @@ class LoadAwareScheduler:
     It also weighs what the profile cannot see: the drafter's own time by depth, and how much longer
     a whole round (sampling filter, accept rule, bookkeeping) takes than the bare target pass. Each
     round it times itself: the drafter between `draft_depth` and `verify_lengths`, the target pass
-    and the accept rule until `record`, separately for drafted and plain rounds. Those measurements
-    and the acceptance seen so far (`record`: of the drafts verified at position j, how many were
-    accepted, against how many the drafter's survival estimates predicted; its estimates alone until
-    a position has been verified MIN_OUTCOMES times) decide how deep the next round drafts, if at
-    all; the first round, with nothing measured, is optimistic. All of it comes from past rounds, so
-    no verify decision depends on the tokens it decides about.
+    and the accept rule until `record`, against the profile's prediction for that number of
+    sequences (one ratio for drafted and plain rounds: a ratio kept per kind went stale for the kind
+    not chosen, and held the choice). Those measurements and the acceptance seen so far (`record`:
+    of the drafts verified at position j, how many were accepted, against how many the drafter's
+    survival estimates predicted; its estimates alone until a position has been verified
+    MIN_OUTCOMES times) decide how deep the next round drafts, if at all; the first round, with
+    nothing measured, is optimistic, and after EXPLORE_AFTER plain rounds one drafts again. All of
+    it comes from past rounds, so no verify decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
+    # After this many plain rounds in a row the drafter runs once, as deep as allowed: its survival
+    # estimates are learned only from rounds that draft (the lookup drafter's change with the text).
+    EXPLORE_AFTER = 16
 
     def __init__(self, profile: VerifyProfile) -> None:
         self.profile = profile
         # Measured seconds of drafting d tokens (a running mean per depth d).
         self.draft_seconds: dict[int, float] = {}
-        self.round_ratio = {"drafted": 1.0, "plain": 1.0}
+        # How much longer a whole round takes than its bare profiled pass, by number of sequences (a
+        # running mean over every round, drafted or plain; 1 until measured).
+        self.round_ratio: dict[int, float] = {}
+        # Plain rounds in a row since the drafter last ran.
+        self.plain_streak = 0
         self.expected_survival: torch.Tensor | None = None
         # Per draft position j: how often it was verified, accepted, and the drafter's survival
         # estimates summed over those verifications (what it predicted would be accepted).
         self.verified_at = torch.zeros(0, dtype=torch.float64)
         self.accepted_at = torch.zeros(0, dtype=torch.float64)
         self.estimated_at = torch.zeros(0, dtype=torch.float64)
-        self._mark: tuple[str, float, float] | None = None
+        self._mark: tuple[int, float, float] | None = None
         self._draft_started: tuple[float, int] | None = None
 
     def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
@@ -184,10 +193,14 @@ class LoadAwareScheduler:
             return 0
         survival = self._expected_survival(draft_len).expand(n_active, draft_len)
         depth = int(self._throughput(survival, rows, drafting=True).argmax())
+        if depth == 0 and self.plain_streak >= self.EXPLORE_AFTER:
+            depth = draft_len
         if depth:
+            self.plain_streak = 0
             self._draft_started = (time.perf_counter(), depth)
         else:
-            self._start_round("plain", rows, 0)
+            self.plain_streak += 1
+            self._start_round(rows, 0)
         return depth
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
@@ -210,7 +223,7 @@ class LoadAwareScheduler:
             known = self.draft_seconds.get(depth)
             self.draft_seconds[depth] = seconds if known is None else 0.5 * known + 0.5 * seconds
             self._draft_started = None
-        self._start_round("drafted", len(active), width)
+        self._start_round(len(active), width)
         return torch.where(active, width, 0).to(device=survival.device, dtype=torch.int64)
 
     def record(self, n_verified: torch.Tensor, n_accepted: torch.Tensor) -> None:
@@ -272,11 +285,9 @@ class LoadAwareScheduler:
         n, k = survival.shape
         widths = torch.arange(k + 1, dtype=torch.float64)
         tokens = n + torch.cat((torch.zeros(1, dtype=torch.float64), survival.sum(0).cumsum(0)))
-        passes = self.profile.pass_seconds(rows, 1 + widths)
-        seconds = self.round_ratio["drafted"] * passes
+        seconds = self.round_ratio.get(rows, 1.0) * self.profile.pass_seconds(rows, 1 + widths)
         if drafting:
-            seconds = seconds + self._drafting_seconds(k)
-            seconds[0] = self.round_ratio["plain"] * passes[0]
+            seconds[1:] += self._drafting_seconds(k)[1:]
         return tokens / seconds
 
     def _drafting_seconds(self, k: int) -> torch.Tensor:
@@ -297,15 +308,15 @@ class LoadAwareScheduler:
         below, above = depths * times[0] / known[0], depths * times[-1] / known[-1]
         return torch.where(depths < known[0], below, torch.where(depths > known[-1], above, between))
 
-    def _start_round(self, kind: str, rows: int, width: int) -> None:
+    def _start_round(self, rows: int, width: int) -> None:
         """A round of `rows` sequences verifying `width` drafts each begins: its pass is predicted now."""
         predicted = float(self.profile.pass_seconds(rows, torch.tensor([1 + width]))[0])
-        self._mark = (kind, time.perf_counter(), predicted)
+        self._mark = (rows, time.perf_counter(), predicted)
 
     def _finish_round(self) -> None:
         """Fold the last round's measured time over the profile's prediction into the running ratio."""
         if self._mark is not None:
-            kind, started, predicted = self._mark
+            rows, started, predicted = self._mark
             measured = (time.perf_counter() - started) / predicted
-            self.round_ratio[kind] = 0.5 * self.round_ratio[kind] + 0.5 * measured
+            self.round_ratio[rows] = 0.5 * self.round_ratio.get(rows, 1.0) + 0.5 * measured
             self._mark = None
