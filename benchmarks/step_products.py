@@ -9,6 +9,10 @@ base's Q4_1 MLPs, and fp16 for the rest). Beside it, the whole plain step of the
 form, as `benchmarks/decode_anchor.py` times it: what is not the products is the step's other work
 (attention, norms, RoPE, cache writes, sampling).
 
+A second table sweeps the same matrices by the number of rows a pass multiplies (sequences times
+the tokens each extends by): mixed's per-row forms (fp16 and int4) against bfloat16 in the fixed
+blocks `mixed` uses for passes over 8 or more sequences (`jev.model.weights.extending_block`).
+
     python -m benchmarks.step_products --model models/default
 """
 
@@ -24,9 +28,10 @@ from benchmarks.decode_anchor import jev_rate
 from benchmarks.report import median_time
 from benchmarks.speculative import subject_prompts
 from jev.decide.decider import Decider
-from jev.model.weights import Fp16Linear, Int4Linear, int4_grid, large_linears
+from jev.model.weights import Bf16Linear, Fp16Linear, Int4Linear, extending_block, int4_grid, large_linears
 
 FORMATS = ("float32", "fp16", "mixed")
+ROWS = (1, 4, 8, 16, 32, 64, 128)
 
 
 def step_linears(model: nn.Module) -> list[nn.Linear]:
@@ -71,6 +76,7 @@ def main() -> None:
             rows[fmt] = {"megabytes": sum(sizes) / 1e6, "products_ms": 1000 * seconds, "step_ms": step_ms}
             print(fmt, rows[fmt], flush=True)
 
+    by_rows = products_by_rows(linears, args.repeats)
     lines = [
         f"Batch 1, `{args.model}`: the {len(linears)} matrices a decode step multiplies by, swept once (median of "
         f"{args.repeats}), and the whole plain step (greedy, {args.new_tokens} tokens after a test mail's subject "
@@ -83,12 +89,40 @@ def main() -> None:
         lines.append(f"| {fmt} | {row['megabytes']:.0f} | {row['products_ms']:.1f} | "
                      f"{row['megabytes'] / row['products_ms']:.1f} | {row['step_ms']:.1f} | "
                      f"{100 * row['products_ms'] / row['step_ms']:.0f}% |")
+    lines += [
+        "",
+        "The same products by the rows a pass multiplies, ms (median of "
+        f"{args.repeats}): mixed's per-row forms, and bfloat16 in the block `mixed` takes for that many sequences.",
+        "",
+        "| rows | fp16 and int4 | bfloat16 | bfloat16 block |",
+        "|---|---|---|---|",
+    ]
+    for count, row in by_rows.items():
+        lines.append(f"| {count} | {row['per_row_ms']:.1f} | {row['blocks_ms']:.1f} | {row['block']} |")
     markdown = "\n".join(lines)
     print(markdown)
     if not args.no_write:
         from benchmarks.report import write_results
 
-        write_results("step_products", {"rows": rows}, markdown)
+        write_results("step_products", {"rows": rows, "by_rows": by_rows}, markdown)
+
+
+def products_by_rows(linears: list[nn.Linear], repeats: int) -> dict[int, dict[str, float]]:
+    """Milliseconds of one sweep over `linears` at each of ROWS rows: fp16/int4 (mixed's few-sequence
+    form) and bfloat16 in `extending_block`'s block (its many-sequence form; 16 below 8 sequences)."""
+    per_row = [product(linear, "mixed")[0] for linear in linears]
+    blocked = [Bf16Linear(linear) for linear in linears]
+    found = {}
+    with torch.inference_mode():
+        for count in ROWS:
+            block = extending_block(count) or extending_block(16)
+            inputs = [torch.randn(count, linear.weight.shape[1]) for linear in linears]
+            pairs = list(zip(per_row, blocked, inputs, strict=True))
+            few = median_time(lambda pairs=pairs: [call(x) for call, _, x in pairs], repeats)
+            many = median_time(lambda pairs=pairs, b=block: [f.in_blocks_of(x, b) for _, f, x in pairs], repeats)
+            found[count] = {"per_row_ms": 1000 * few, "blocks_ms": 1000 * many, "block": block}
+            print(count, found[count], flush=True)
+    return found
 
 
 if __name__ == "__main__":

@@ -178,13 +178,29 @@ def test_a_real_round_is_timed() -> None:
     assert 2 not in scheduler.round_ratio
 
 
-def test_after_a_run_of_plain_rounds_the_drafter_runs_again() -> None:
+def test_after_plain_rounds_worth_fifty_probes_the_drafter_drafts_a_token() -> None:
     """Survival estimates come only from rounds that draft; a drafter whose chances change with the
-    text (the lookup drafter's copies) is asked again after EXPLORE_AFTER plain rounds."""
-    scheduler = measured([0.0, 0.0], 0.01)
-    depths = [scheduler.draft_depth(on(1), 2) for _ in range(LoadAwareScheduler.EXPLORE_AFTER + 1)]
-    assert depths == [0] * LoadAwareScheduler.EXPLORE_AFTER + [2]
-    assert scheduler.plain_streak == 0
+    text (the lookup drafter's copies) is asked again, one token deep, once the plain rounds since
+    took 1 / PROBE_SHARE = 50 times that token's drafting (0.99 s against 1 s rounds: every 51st)."""
+    scheduler = measured([0.0, 0.0], 0.99)
+    assert float(scheduler._drafting_seconds(1)[1]) == pytest.approx(0.99)
+    depths = [scheduler.draft_depth(on(1), 2) for _ in range(102)]
+    assert [i for i, depth in enumerate(depths) if depth] == [50, 101] and scheduler.plain_seconds == 0
+
+
+def test_acceptance_is_measured_over_the_recent_rounds() -> None:
+    """Ten verified rounds of ten rows at 0.9, then twenty at 0.1: each round's counts weigh MEMORY
+    less per later verified round, so the estimate is 0.166 (by an explicit sum), near the new 0.1."""
+    scheduler = LoadAwareScheduler(flat_then_linear(1000))
+    history = [9] * 10 + [1] * 20
+    for accepted in history:
+        scheduler.verify_lengths(torch.full((10, 1), 0.5, dtype=torch.float64), on(10))
+        scheduler.record(torch.ones(10, dtype=torch.int64), (torch.arange(10) < accepted).to(torch.int64))
+    weights = [LoadAwareScheduler.MEMORY ** (len(history) - 1 - i) for i in range(len(history))]
+    expected = sum(w * a for w, a in zip(weights, history, strict=True)) / (10 * sum(weights))
+    assert float(scheduler._expected_survival(1)[0]) == pytest.approx(expected) and 0.16 < expected < 0.17
+    calibrated = scheduler._calibrated(torch.tensor([[0.5]], dtype=torch.float64))
+    assert float(calibrated[0, 0]) == pytest.approx(expected), "its 0.5 claims held as often as observed"
 
 
 def test_observed_acceptance_overrides_the_drafters_optimism() -> None:
@@ -231,9 +247,14 @@ def test_past_rounds_calibrate_the_drafters_claims_before_a_width_is_opened() ->
     scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 2), (1.0, 1 / 1.5)))
     claim = torch.tensor([[0.9]], dtype=torch.float64)
     assert scheduler.verify_lengths(claim, on(1)).tolist() == [1]
-    for round_ in range(LoadAwareScheduler.MIN_OUTCOMES):
-        if round_:
-            scheduler.verify_lengths(claim, on(1))
-        scheduler.record(torch.tensor([1]), torch.tensor([int(round_ % 4 == 0)]))
-    assert scheduler.estimated_at.tolist() == pytest.approx([7.2]) and scheduler.accepted_at.tolist() == [2.0]
+    held = []
+    while True:
+        held.append(int(len(held) % 4 == 0))
+        scheduler.record(torch.tensor([1]), torch.tensor([held[-1]]))
+        if scheduler.verified_at[0] >= LoadAwareScheduler.MIN_OUTCOMES:
+            break
+        assert scheduler.verify_lengths(claim, on(1)).tolist() == [1], "too few outcomes to calibrate on"
+    weights = [LoadAwareScheduler.MEMORY ** (len(held) - 1 - i) for i in range(len(held))]
+    assert scheduler.estimated_at.tolist() == pytest.approx([0.9 * sum(weights)])
+    assert scheduler.accepted_at.tolist() == pytest.approx([sum(w * h for w, h in zip(weights, held, strict=True))])
     assert scheduler.verify_lengths(claim, on(1)).tolist() == [0]

@@ -153,16 +153,20 @@ class LoadAwareScheduler:
     sequences (one ratio for drafted and plain rounds: a ratio kept per kind went stale for the kind
     not chosen, and held the choice). Those measurements and the acceptance seen so far (`record`:
     of the drafts verified at position j, how many were accepted, against how many the drafter's
-    survival estimates predicted; its estimates alone until a position has been verified
-    MIN_OUTCOMES times) decide how deep the next round drafts, if at all; the first round, with
-    nothing measured, is optimistic, and after EXPLORE_AFTER plain rounds one drafts again. All of
-    it comes from past rounds, so no verify decision depends on the tokens it decides about.
+    survival estimates predicted, over about the last ten verified rounds (MEMORY); its estimates
+    alone until a position has been verified MIN_OUTCOMES times) decide how deep the next round
+    drafts, if at all; the first round, with nothing measured, is optimistic, and now and then a
+    plain run is broken by a one-token probe (PROBE_SHARE). All of it comes from past rounds, so no
+    verify decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
-    # After this many plain rounds in a row the drafter runs once, as deep as allowed: its survival
-    # estimates are learned only from rounds that draft (the lookup drafter's change with the text).
-    EXPLORE_AFTER = 16
+    MEMORY = 0.9
+    # Once the plain rounds since the drafter last ran took 1 / PROBE_SHARE times what drafting one
+    # token takes, it runs once, one token deep: its survival estimates are learned only from rounds
+    # that draft, and a drafter's chances change with the text (the lookup drafter's copies). Such
+    # probes cost about PROBE_SHARE of plain decoding's time, however cheap or dear the drafter.
+    PROBE_SHARE = 0.02
 
     def __init__(self, profile: VerifyProfile) -> None:
         self.profile = profile
@@ -171,8 +175,8 @@ class LoadAwareScheduler:
         # How much longer a whole round takes than its bare profiled pass, by number of sequences (a
         # running mean over every round, drafted or plain; 1 until measured).
         self.round_ratio: dict[int, float] = {}
-        # Plain rounds in a row since the drafter last ran.
-        self.plain_streak = 0
+        # Expected seconds of the plain rounds since the drafter last ran.
+        self.plain_seconds = 0.0
         self.expected_survival: torch.Tensor | None = None
         # Per draft position j: how often it was verified, accepted, and the drafter's survival
         # estimates summed over those verifications (what it predicted would be accepted).
@@ -192,14 +196,16 @@ class LoadAwareScheduler:
         if n_active == 0 or draft_len == 0:
             return 0
         survival = self._expected_survival(draft_len).expand(n_active, draft_len)
-        depth = int(self._throughput(survival, rows, drafting=True).argmax())
-        if depth == 0 and self.plain_streak >= self.EXPLORE_AFTER:
-            depth = draft_len
+        theta = self._throughput(survival, rows, drafting=True)
+        depth = int(theta.argmax())
+        probe = float(self._drafting_seconds(1)[1])  # a drafter never run is never probed
+        if depth == 0 and self.draft_seconds and self.plain_seconds * self.PROBE_SHARE >= probe:
+            depth = 1
         if depth:
-            self.plain_streak = 0
+            self.plain_seconds = 0.0
             self._draft_started = (time.perf_counter(), depth)
         else:
-            self.plain_streak += 1
+            self.plain_seconds += n_active / float(theta[0])
             self._start_round(rows, 0)
         return depth
 
@@ -216,6 +222,8 @@ class LoadAwareScheduler:
             width = int(drops[0]) if len(drops) else survival.shape[1]
             self._remember_survival(rows.mean(0))
             self._grow(width)
+            if width:
+                self._forget()
             self.estimated_at[:width] += rows[:, :width].sum(0)
         if self._draft_started is not None:
             started, depth = self._draft_started
@@ -234,6 +242,14 @@ class LoadAwareScheduler:
         positions = torch.arange(width).view(1, -1)
         self.verified_at[:width] += (positions < n_verified.cpu().view(-1, 1)).sum(0)
         self.accepted_at[:width] += (positions < n_accepted.cpu().view(-1, 1)).sum(0)
+
+    def _forget(self) -> None:
+        """Before a verified round is counted, the counts so far weigh MEMORY as much: acceptance is
+        measured over about the last 1 / (1 - MEMORY) verified rounds, so it follows the texts now
+        being written (a service's traffic, a batch of other prompts) instead of all it has seen."""
+        self.verified_at *= self.MEMORY
+        self.accepted_at *= self.MEMORY
+        self.estimated_at *= self.MEMORY
 
     def _grow(self, width: int) -> None:
         """Room in the per-position counts for `width` positions."""

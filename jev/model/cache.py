@@ -4,9 +4,10 @@ Per layer and token: the normalised KV latent and the rotated shared rope key, s
 (`kv_lora_rank + qk_rope_head_dim` numbers: the absorbed form's only key and value), plus the DSA
 indexer key (`index_head_dim` numbers). Past K/V are never expanded or stored per head.
 
-A cache no shorter than the indexer's top-k can never select (every query sees at most `max_len`
-keys), so it keeps no indexer keys, and the passes over it compute none: that is most decoding of
-short texts, where the keys cost a decode step about a tenth of its time.
+A cache no longer than the indexer's top-k can never select (every query sees at most `max_len`
+keys, all of which the top-k keeps), so it keeps no indexer keys, and the passes over it compute
+none: that is most decoding of short texts, where the keys cost a decode step about a tenth of its
+time.
 """
 
 import torch
