@@ -145,16 +145,18 @@ def measured(
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
     scheduler.expected_survival = torch.tensor(survival, dtype=torch.float64)
     if draft_seconds_per_token:
-        scheduler.draft_seconds = {len(survival): len(survival) * draft_seconds_per_token}
+        scheduler.draft_seconds = {rows: {len(survival): len(survival) * draft_seconds_per_token}}
     scheduler.round_ratio[rows] = round_ratio
     return scheduler
 
 
 def test_measured_drafting_cost_and_low_survival_turn_drafting_off() -> None:
     assert LoadAwareScheduler(flat_then_linear(1000)).draft_depth(on(2), 3) == 3, "nothing measured: optimistic"
-    assert measured([0.99, 0.98, 0.97], 0.0).draft_depth(on(2), 3) == 3
-    assert measured([0.2, 0.04, 0.01], 0.5).draft_depth(on(2), 3) == 0, "2.5 tokens per 2.5 s < 2 tokens per s"
-    assert measured([0.2, 0.04, 0.01], 0.01).draft_depth(on(2), 3) == 2, "a third draft: 0.02 tokens for 0.01 s"
+    assert measured([0.99, 0.98, 0.97], 0.0, rows=2).draft_depth(on(2), 3) == 3
+    low = measured([0.2, 0.04, 0.01], 0.5, rows=2)
+    assert low.draft_depth(on(2), 3) == 0, "2.5 tokens per 2.5 s < 2 tokens per s"
+    assert measured([0.2, 0.04, 0.01], 0.01, rows=2).draft_depth(on(2), 3) == 2, "a third draft: 0.02 tokens for 0.01 s"
+    assert low.draft_depth(on(3), 3) == 3, "drafting measured for two sequences, not three: optimistic"
 
 
 def test_round_overhead_is_measured_per_number_of_sequences() -> None:
@@ -162,17 +164,19 @@ def test_round_overhead_is_measured_per_number_of_sequences() -> None:
     1 s of drafting for 1.5 more tokens pays where a pass really takes 5 s, not where it takes 1 s."""
     assert measured([0.5, 0.25], 0.5).draft_depth(on(1), 2) == 0
     scheduler = measured([0.5, 0.25], 0.5, round_ratio=5.0)
-    assert scheduler.draft_depth(on(2), 2) == 0, "measured at one sequence only"
+    scheduler.draft_seconds[2] = scheduler.draft_seconds[1]
+    assert scheduler.draft_depth(on(2), 2) == 0, "rounds of two sequences: measured at their pass time"
     assert scheduler.draft_depth(on(1), 2) == 2
     scheduler.verify_lengths(torch.tensor([[0.6, 0.3]], dtype=torch.float64), torch.tensor([True]))
-    assert scheduler.expected_survival.tolist() == [0.6, 0.3] and set(scheduler.draft_seconds) == {2}
+    assert scheduler.expected_survival.tolist() == [0.6, 0.3] and set(scheduler.draft_seconds[1]) == {2}
 
 
 def test_a_real_round_is_timed() -> None:
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
     assert scheduler.draft_depth(on(1), 2) == 2
     scheduler.verify_lengths(torch.tensor([[0.9, 0.8]], dtype=torch.float64), torch.tensor([True]))
-    assert set(scheduler.draft_seconds) == {2} and scheduler.draft_seconds[2] > 0
+    assert set(scheduler.draft_seconds) == {1} and set(scheduler.draft_seconds[1]) == {2}
+    assert scheduler.draft_seconds[1][2] > 0
     scheduler.record(torch.tensor([2]), torch.tensor([1]))
     assert scheduler.round_ratio[1] < 1.0, "a microsecond round against a 1 s profile"
     assert 2 not in scheduler.round_ratio
@@ -183,7 +187,7 @@ def test_after_plain_rounds_worth_fifty_probes_the_drafter_drafts_a_token() -> N
     text (the lookup drafter's copies) is asked again, one token deep, once the plain rounds since
     took 1 / PROBE_SHARE = 50 times that token's drafting (0.99 s against 1 s rounds: every 51st)."""
     scheduler = measured([0.0, 0.0], 0.99)
-    assert float(scheduler._drafting_seconds(1)[1]) == pytest.approx(0.99)
+    assert float(scheduler._drafting_seconds(1, 1)[1]) == pytest.approx(0.99)
     depths = [scheduler.draft_depth(on(1), 2) for _ in range(102)]
     assert [i for i, depth in enumerate(depths) if depth] == [50, 101] and scheduler.plain_seconds == 0
 
@@ -217,16 +221,17 @@ def test_observed_acceptance_overrides_the_drafters_optimism() -> None:
 
 def test_drafting_time_by_depth_is_interpolated_between_measured_depths() -> None:
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
-    scheduler.draft_seconds = {2: 0.4, 6: 0.6}
+    scheduler.draft_seconds = {1: {2: 0.4, 6: 0.6}}
     expected = [0.0, 0.2, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7]  # below: 0.4 * d / 2; above: 0.6 * d / 6
-    assert scheduler._drafting_seconds(7).tolist() == pytest.approx(expected)
+    assert scheduler._drafting_seconds(7, 1).tolist() == pytest.approx(expected)
+    assert scheduler._drafting_seconds(7, 4).tolist() == [0.0] * 8, "measured at one sequence, not four"
 
 
 def test_a_fixed_drafting_cost_makes_one_deep_draft_pay_where_a_shallow_one_does_not() -> None:
     """Drafting costs 1 s at any depth (measured at 1 and 4), a plain round 1 s for 1 token. One
     draft of survival 0.9: 1.9 tokens in 2 s, below plain; four (0.9, 0.81, 0.73, 0.66): 4.1 in 2 s."""
     scheduler = measured([0.9, 0.81, 0.73, 0.66], 0.0)
-    scheduler.draft_seconds = {1: 1.0, 4: 1.0}
+    scheduler.draft_seconds = {1: {1: 1.0, 4: 1.0}}
     assert scheduler.draft_depth(on(1), 1) == 0
     assert scheduler.draft_depth(on(1), 4) == 4
 

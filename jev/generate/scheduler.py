@@ -146,18 +146,18 @@ class LoadAwareScheduler:
     verifies the same width w, the one where Θ(w), the expected tokens per second with every row
     verifying w, first drops; a longer width for only some rows would cost as much and emit less.
 
-    It also weighs what the profile cannot see: the drafter's own time by depth, and how much longer
-    a whole round (sampling filter, accept rule, bookkeeping) takes than the bare target pass. Each
-    round it times itself: the drafter between `draft_depth` and `verify_lengths`, the target pass
-    and the accept rule until `record`, against the profile's prediction for that number of
-    sequences (one ratio for drafted and plain rounds: a ratio kept per kind went stale for the kind
-    not chosen, and held the choice). Those measurements and the acceptance seen so far (`record`:
-    of the drafts verified at position j, how many were accepted, against how many the drafter's
-    survival estimates predicted, over about the last ten verified rounds (MEMORY); its estimates
-    alone until a position has been verified MIN_OUTCOMES times) decide how deep the next round
-    drafts, if at all; the first round, with nothing measured, is optimistic, and now and then a
-    plain run is broken by a one-token probe (PROBE_SHARE). All of it comes from past rounds, so no
-    verify decision depends on the tokens it decides about.
+    It also weighs what the profile cannot see: the drafter's own time by depth and number of
+    sequences, and how much longer a whole round (sampling filter, accept rule, bookkeeping) takes
+    than the bare target pass. Each round it times itself: the drafter between `draft_depth` and
+    `verify_lengths`, the target pass and the accept rule until `record`, against the profile's
+    prediction for that number of sequences (one ratio for drafted and plain rounds: a ratio kept
+    per kind went stale for the kind not chosen, and held the choice). Those measurements and the
+    acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
+    against how many the drafter's survival estimates predicted, over about the last ten verified
+    rounds (MEMORY); its estimates alone until a position has been verified MIN_OUTCOMES times)
+    decide how deep the next round drafts, if at all; the first round, with nothing measured, is
+    optimistic, and now and then a plain run is broken by a one-token probe (PROBE_SHARE). All of
+    it comes from past rounds, so no verify decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
@@ -170,8 +170,8 @@ class LoadAwareScheduler:
 
     def __init__(self, profile: VerifyProfile) -> None:
         self.profile = profile
-        # Measured seconds of drafting d tokens (a running mean per depth d).
-        self.draft_seconds: dict[int, float] = {}
+        # Measured seconds of drafting d tokens for B sequences: draft_seconds[B][d] (a running mean).
+        self.draft_seconds: dict[int, dict[int, float]] = {}
         # How much longer a whole round takes than its bare profiled pass, by number of sequences (a
         # running mean over every round, drafted or plain; 1 until measured).
         self.round_ratio: dict[int, float] = {}
@@ -184,7 +184,7 @@ class LoadAwareScheduler:
         self.accepted_at = torch.zeros(0, dtype=torch.float64)
         self.estimated_at = torch.zeros(0, dtype=torch.float64)
         self._mark: tuple[int, float, float] | None = None
-        self._draft_started: tuple[float, int] | None = None
+        self._draft_started: tuple[float, int, int] | None = None
 
     def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
         """How many tokens to draft this round: the width of the highest expected tokens per second,
@@ -198,12 +198,12 @@ class LoadAwareScheduler:
         survival = self._expected_survival(draft_len).expand(n_active, draft_len)
         theta = self._throughput(survival, rows, drafting=True)
         depth = int(theta.argmax())
-        probe = float(self._drafting_seconds(1)[1])  # a drafter never run is never probed
-        if depth == 0 and self.draft_seconds and self.plain_seconds * self.PROBE_SHARE >= probe:
+        probe = float(self._drafting_seconds(1, rows)[1])  # a drafter never run at B is never probed
+        if depth == 0 and self.draft_seconds.get(rows) and self.plain_seconds * self.PROBE_SHARE >= probe:
             depth = 1
         if depth:
             self.plain_seconds = 0.0
-            self._draft_started = (time.perf_counter(), depth)
+            self._draft_started = (time.perf_counter(), rows, depth)
         else:
             self.plain_seconds += n_active / float(theta[0])
             self._start_round(rows, 0)
@@ -226,10 +226,10 @@ class LoadAwareScheduler:
                 self._forget()
             self.estimated_at[:width] += rows[:, :width].sum(0)
         if self._draft_started is not None:
-            started, depth = self._draft_started
+            started, rows, depth = self._draft_started
             seconds = time.perf_counter() - started
-            known = self.draft_seconds.get(depth)
-            self.draft_seconds[depth] = seconds if known is None else 0.5 * known + 0.5 * seconds
+            at = self.draft_seconds.setdefault(rows, {})
+            at[depth] = seconds if depth not in at else 0.5 * at[depth] + 0.5 * seconds
             self._draft_started = None
         self._start_round(len(active), width)
         return torch.where(active, width, 0).to(device=survival.device, dtype=torch.int64)
@@ -303,19 +303,21 @@ class LoadAwareScheduler:
         tokens = n + torch.cat((torch.zeros(1, dtype=torch.float64), survival.sum(0).cumsum(0)))
         seconds = self.round_ratio.get(rows, 1.0) * self.profile.pass_seconds(rows, 1 + widths)
         if drafting:
-            seconds[1:] += self._drafting_seconds(k)[1:]
+            seconds[1:] += self._drafting_seconds(k, rows)[1:]
         return tokens / seconds
 
-    def _drafting_seconds(self, k: int) -> torch.Tensor:
-        """`[K + 1]` the expected seconds of drafting d = 0..K tokens: measured where d has been, else
-        interpolated between the measured depths around d, else, below or above all of them, the
-        nearest one's time scaled by d (optimistic below, which gets a cheaper depth tried and
-        measured). Nothing measured: 0, so the first round drafts."""
+    def _drafting_seconds(self, k: int, rows: int) -> torch.Tensor:
+        """`[K + 1]` the expected seconds of drafting d = 0..K tokens for `rows` sequences: measured
+        where d has been, else interpolated between the measured depths around d, else, below or
+        above all of them, the nearest one's time scaled by d (optimistic below, which gets a cheaper
+        depth tried and measured). Nothing measured for `rows`: 0, so its first round drafts (a
+        drafter's pass costs more the more sequences it reads)."""
         depths = torch.arange(k + 1, dtype=torch.float64)
-        if not self.draft_seconds:
+        measured = self.draft_seconds.get(rows)
+        if not measured:
             return torch.zeros_like(depths)
-        known = torch.tensor(sorted(self.draft_seconds), dtype=torch.float64)
-        times = torch.tensor([self.draft_seconds[int(d)] for d in known], dtype=torch.float64)
+        known = torch.tensor(sorted(measured), dtype=torch.float64)
+        times = torch.tensor([measured[int(d)] for d in known], dtype=torch.float64)
         if len(known) == 1:
             return depths * times[0] / known[0]
         upper = torch.searchsorted(known, depths).clamp(1, len(known) - 1)
