@@ -146,12 +146,17 @@ def test_a_row_does_not_depend_on_its_batch(weights, rows, inputs):
         assert torch.equal(product(x[part]), together[part]), part
 
 
-def test_a_bfloat16_row_depends_on_its_batch_only_through_the_block_size_and_by_a_rounding():
-    generator = torch.Generator().manual_seed(0)
-    linear = nn.Linear(1536, 576, bias=False)  # a shape whose kernel oneDNN picks by the row count
+def bfloat16_product(generator: torch.Generator) -> tuple[nn.Linear, nn.Module]:
+    """A random 1536 -> 576 linear, a shape whose kernel oneDNN picks by the row count, and its bf16 form."""
+    linear = nn.Linear(1536, 576, bias=False)
     with torch.no_grad():
         linear.weight.copy_(torch.randn(576, 1536, generator=generator) * 0.05)
-    product = STORED["bf16"](linear)
+    return linear, STORED["bf16"](linear)
+
+
+def test_a_bfloat16_row_depends_on_its_batch_only_through_the_block_size_and_by_a_rounding():
+    generator = torch.Generator().manual_seed(0)
+    _, product = bfloat16_product(generator)
     x = torch.randn(48, 1536, generator=generator)
     alone = product(x[:1])
     for offset in (0, 7, 15):  # in a block of 16 rows, wherever it sits and whatever its neighbours
@@ -189,10 +194,7 @@ def test_a_batched_extension_multiplies_every_row_alike_in_fixed_blocks():
     """A generation's plain steps (one row per sequence) and verify passes (several) share the block."""
     assert [extending_block(n) for n in (1, 7, 8, 16, 17, 32, 33, 64, 200)] == [None] * 2 + [16, 16, 32, 32, 64, 64, 64]
     generator = torch.Generator().manual_seed(1)
-    linear = nn.Linear(1536, 576, bias=False)  # a shape whose kernel oneDNN picks by the row count
-    with torch.no_grad():
-        linear.weight.copy_(torch.randn(576, 1536, generator=generator) * 0.05)
-    product = STORED["bf16"](linear)
+    linear, product = bfloat16_product(generator)
     x = torch.randn(200, 1536, generator=generator)
     for block in (16, 32, 64):
         steps = product.in_blocks_of(x[:block], block)

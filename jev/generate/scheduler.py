@@ -12,6 +12,7 @@ survival estimates, never the drafted tokens, and entry j of the estimate is com
 is drawn, so the decision to verify x_j never depends on x_j or later tokens (DSpark App. A).
 """
 
+import functools
 import statistics
 import time
 from collections.abc import Sequence
@@ -77,14 +78,9 @@ class VerifyProfile:
 
     def pass_seconds(self, rows: int, widths: torch.Tensor) -> torch.Tensor:
         """Predicted seconds (float64) of a pass of `rows` sequences, each `widths[k]` tokens wide: linear
-        between measured widths and measured row counts, extrapolated on the last segment past them."""
-        widths = widths.to(torch.float64)
-        measured = torch.tensor(self.seconds, dtype=torch.float64)
-        grid = torch.tensor(self.widths, dtype=torch.float64)
-        by_rows = torch.stack([_piecewise(widths, grid, row) for row in measured])
-        counts = torch.tensor(self.rows, dtype=torch.float64)
-        wanted = torch.full_like(widths, float(rows))
-        return torch.stack([_piecewise(wanted[k : k + 1], counts, by_rows[:, k])[0] for k in range(len(widths))])
+        between measured widths and measured row counts, extrapolated on the last segment past them.
+        Remembered per question: the scheduler asks the same few every round."""
+        return torch.tensor(_pass_seconds(self, rows, tuple(widths.tolist())), dtype=torch.float64)
 
     @classmethod
     def by_positions(
@@ -137,6 +133,17 @@ class VerifyProfile:
                 measured.append(statistics.median(timings))
             seconds.append(tuple(measured))
         return cls(rows=tuple(rows), widths=widths, seconds=tuple(seconds))
+
+
+@functools.lru_cache(maxsize=4096)
+def _pass_seconds(profile: VerifyProfile, rows: int, widths: tuple[float, ...]) -> tuple[float, ...]:
+    wanted = torch.tensor(widths, dtype=torch.float64)
+    measured = torch.tensor(profile.seconds, dtype=torch.float64)
+    grid = torch.tensor(profile.widths, dtype=torch.float64)
+    by_rows = torch.stack([_piecewise(wanted, grid, row) for row in measured])
+    counts = torch.tensor(profile.rows, dtype=torch.float64)
+    at = torch.tensor([float(rows)], dtype=torch.float64)
+    return tuple(float(_piecewise(at, counts, by_rows[:, k])[0]) for k in range(len(widths)))
 
 
 class LoadAwareScheduler:
