@@ -18,10 +18,11 @@ matrix products themselves. Three stored forms halve float32's bytes per product
   grid per 32 inputs, as the base's Q4_1 blocks do (every MLP of the shipped model: conversion and
   fine-tuning leave them alone), extends a cache through torch's int4 weight-only kernel instead, on
   those same 4-bit codes: a quarter of fp16's bytes, with the activations, scales and offsets
-  rounded to bfloat16. fp16 and int4 cost a row each: over the shipped model's products, 13.6 ms
-  for 1 row, 39.8 for 16, 210 for 128 (2 threads, this project's Xeon), where bfloat16 on AMX costs
-  19 to 32 ms up to 64 rows. So a pass extending the caches of BATCHED_EXTENDING or more sequences
-  multiplies in bfloat16 too, in blocks of exactly `extending_block(sequences)` rows.
+  rounded to bfloat16. fp16 and int4 cost a row each: over the shipped model's products, 14 ms
+  for 1 row, 45 for 16, 236 for 128, where bfloat16 on AMX costs 25 to 43 ms up to 64 rows
+  (`benchmarks/step_products.py`, 2 threads). So a pass extending the caches of BATCHED_EXTENDING
+  or more sequences multiplies in bfloat16 too, in blocks of exactly `extending_block(sequences)`
+  rows.
 
 fp16 and int4 keep each row's result a function of its own input row only. bf16 does too within one
 block size, but oneDNN picks its kernel by the row count, and a row multiplied in blocks of another
@@ -193,9 +194,9 @@ class Int4Linear(nn.Module):
 
 
 # Passes extending the caches of this many sequences or more multiply in bfloat16 (`mixed`), in fixed
-# blocks of the first of EXTENDING_BLOCKS rows that holds them all (the last for more): the products
-# of the shipped model in blocks of 16 / 32 / 64 rows cost 19 / 21 / 32 ms for 16 / 32 / 64 rows,
-# fp16 and int4 24 ms at 8 rows and 40 at 16, but 14 at one row.
+# blocks of the first of EXTENDING_BLOCKS rows that holds them all (the last for more): the shipped
+# model's products in blocks of 16 / 32 / 64 rows cost 29 / 35 / 43 ms for 16 / 32 / 64 rows, fp16
+# and int4 28 ms at 8 rows and 45 at 16, but 14 at one row (`benchmarks/step_products.py`).
 BATCHED_EXTENDING = 8
 EXTENDING_BLOCKS = (16, 32, 64)
 
