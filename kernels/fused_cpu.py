@@ -7,11 +7,12 @@ reads the same key and value, the latent cache, so the heads are query rows of o
 and one call to torch's fused attention computes them all, over the keys a boolean mask lets each
 query see (its causal past, or the indexer's selection). The value is the whole cache row
 `[latent ‖ rope key]` (as wide as the key, which the fused CPU kernel needs) and the rope part of
-the output is dropped. Measured on the shipped model's shapes (2 threads; `benchmarks/attention.py`
-has the model's numbers): dense at batch 1 over 121 keys 63 -> 25 us, batch 16 of 8 tokens over 200
-keys 2.4 -> 0.95 ms; top-256 of 400 keys at batch 1 160 -> 58 us, at batch 16 of 8 tokens 7.4 -> 1.9
-ms. Past about a thousand keys the dense mask costs as much as the gather (1,500 keys: 0.71 against
-0.66 ms), so `ops` gathers there. The model reads only the output: no log-sum-exp is computed.
+the output is dropped. A one-off probe on the shipped model's shapes (2 threads; the attention
+benchmark, `benchmarks/attention.py`, times the parts): dense at batch 1 over 121 keys 63 -> 25
+us, batch 16 of 8 tokens over 200 keys 2.4 -> 0.95 ms; top-256 of 400 keys at batch 1 160 -> 58
+us, at batch 16 of 8 tokens 7.4 -> 1.9 ms. Past about a thousand keys the dense mask costs as much
+as the gather (1,500 keys: 0.71 against 0.66 ms), so `ops` gathers there. The model reads only
+the output: no log-sum-exp is computed.
 
 Masked slots are never read for their value, but their scores are computed: they must be finite
 numbers, as every slot of a `LatentCache` is (zero-filled, written only with computed latents).
