@@ -26,8 +26,8 @@ matrix products themselves. Three stored forms halve float32's bytes per product
 
 fp16 and int4 keep each row's result a function of its own input row only. bf16 does too within one
 block size, but oneDNN picks its kernel by the row count, and a row multiplied in blocks of another
-size can come out one bfloat16 step apart (44 of 1,899 matrix and row-count pairs of the shipped
-model, against none by position within a block): a decision's probabilities can move at that level
+size can come out one bfloat16 step apart (in a one-off probe, 44 of 1,899 matrix and row-count
+pairs of the shipped model, against none by position within a block): a decision's probabilities can move at that level
 with what else is in its batch. `mixed` picks the form by the kind of pass and the number of
 sequences, never by the number of tokens, and a batched extension's block is fixed by the number of
 sequences alone, so a generation's plain steps and verify passes multiply every row alike: a
@@ -47,6 +47,7 @@ weights and statistics, the embeddings, the residual stream and the decision hea
 for inference only: it has no gradients and is never saved.
 """
 
+from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
@@ -121,24 +122,23 @@ class Bf16Linear(nn.Module):
         self.packed = packed_bfloat16(linear.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        blocks = [self._block(rows[start : start + ROW_BLOCK]) for start in range(0, len(rows), ROW_BLOCK)]
-        out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
-        return out.view(*x.shape[:-1], -1).to(x.dtype)
+        return self._in_blocks(x, ROW_BLOCK, padded_rows)
 
     def in_blocks_of(self, x: torch.Tensor, block: int) -> torch.Tensor:
         """`x W^T` multiplied in blocks of exactly `block` rows (the last padded with zeros): one kernel
         for every call, so a row's result never depends on how many rows came with it."""
-        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        size = len(rows)
-        rows = F.pad(rows, (0, 0, 0, -size % block))
-        blocks = [packed_product(rows[start : start + block], self.packed) for start in range(0, len(rows), block)]
-        out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
-        return out[:size].view(*x.shape[:-1], -1).to(x.dtype)
+        return self._in_blocks(x, block, lambda rows: block)
 
-    def _block(self, block: torch.Tensor) -> torch.Tensor:
-        size, padded = len(block), padded_rows(len(block))
-        return packed_product(F.pad(block, (0, 0, 0, padded - size)) if padded > size else block, self.packed)[:size]
+    def _in_blocks(self, x: torch.Tensor, block: int, padded: Callable[[int], int]) -> torch.Tensor:
+        """`x W^T` over blocks of `block` rows, each multiplied as `padded(its rows)` rows (zeros appended)."""
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        blocks = [self._block(rows[start : start + block], padded) for start in range(0, len(rows), block)]
+        out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+        return out.view(*x.shape[:-1], -1).to(x.dtype)
+
+    def _block(self, block: torch.Tensor, padded: Callable[[int], int]) -> torch.Tensor:
+        size, to = len(block), padded(len(block))
+        return packed_product(F.pad(block, (0, 0, 0, to - size)) if to > size else block, self.packed)[:size]
 
 
 # Q4_1's block: 32 inputs share a scale and an offset. torch's int4 kernel packs output rows in 16s.
