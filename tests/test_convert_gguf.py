@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, DeepseekV32ForCausalLM
 
 from jev.cli import main
 from jev.convert.llama import LlamaTeacher
+from jev.convert.pipeline import corpus_blocks, interleaved_blocks
 from jev.convert.source import SourceError, read_gguf
 from jev.model import Model
 from tests.test_convert import VOCAB, ids, tiny_llama
@@ -122,17 +123,20 @@ def test_gguf_of_another_architecture_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_convert_command_heals_resumes_and_writes_a_folder_transformers_loads(gguf_file, tmp_path):
-    corpus = tmp_path / "corpus.txt"
+    corpus, other = tmp_path / "corpus.txt", tmp_path / "other.txt"
     corpus.write_text(TEXT)
+    other.write_text(TEXT.upper())
     out = tmp_path / "converted"
-    args = ["convert", "--source", str(gguf_file), "--out", str(out), "--corpus", str(corpus),
+    args = ["convert", "--source", str(gguf_file), "--out", str(out), "--corpus", str(corpus), "--corpus", str(other),
             "--kv-lora-rank", "24", "--qk-rope-head-dim", "8", "--rope-stride", "1", "--index-n-heads", "8",
             "--index-head-dim", "8", "--index-topk", "16", "--block-size", "64", "--dsa-block-size", "96",
             "--calibration-blocks", "4",
             "--transfer-steps", "4", "--distill-steps", "3", "--indexer-steps", "3", "--batch-size", "2"]
     assert main(args) == 0
-    history = json.loads((out / "convert.json").read_text())["history"]
+    provenance = json.loads((out / "convert.json").read_text())
+    history = provenance["history"]
     assert [len(history[s]) for s in ("transfer", "distill", "indexer")] == [4, 3, 3]
+    assert provenance["corpus"] == [[str(corpus)], [str(other)]]
     assert not (out / "heal_state").exists()
 
     model = Model.from_pretrained(out)
@@ -235,6 +239,17 @@ def test_healing_further_can_train_an_indexer_of_another_shape(gguf_file, tmp_pa
     kept = Model.from_pretrained(tmp_path / "k8")
     assert kept.config.index_topk == 8 and kept.backbone.layers[0].self_attn.index_topk == 8
     assert all(torch.equal(t, kept.state_dict()[name]) for name, t in after.items())
+
+
+def test_rows_are_drawn_from_the_corpus_groups_in_turn():
+    large, small = list(range(1000, 1040)), list(range(2000, 2012))
+    rows = interleaved_blocks([large, small], block_size=4, max_blocks=100, seed=7)
+    group = (rows[:, 0] >= 2000).long().tolist()
+    assert group[:6] == [0, 1, 0, 1, 0, 1], "one row from each group in turn while both last"
+    assert group[6:] == [0] * 7, "then the group that is left"
+    assert sorted(rows.flatten().tolist()) == large + small, "every block once, whole"
+    assert torch.equal(interleaved_blocks([large], 4, 100, seed=7), corpus_blocks(large, 4, 100, seed=7))
+    assert len(interleaved_blocks([large, small], 4, max_blocks=5, seed=7)) == 5
 
 
 def test_a_corpus_shorter_than_a_dsa_row_is_a_clear_error(gguf_file, tmp_path, capsys):

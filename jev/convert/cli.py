@@ -33,8 +33,9 @@ def _add_convert(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--init", type=Path, default=None,
                         help="heal further from this converted folder instead of the closed form "
                         "(its ranks must match; e.g. --transfer-steps 0 for a longer distillation)")
-    parser.add_argument("--corpus", type=Path, nargs="+", required=True,
-                        help=".txt / .jsonl files or folders of them: calibration and healing text (required)")
+    parser.add_argument("--corpus", type=Path, nargs="+", action="append", required=True,
+                        help=".txt / .jsonl files or folders of them: calibration and healing text (required). "
+                        "Repeated, each is a group, and the rows are drawn from the groups in turn")
     parser.add_argument("--kv-lora-rank", type=int, default=ranks.kv_lora_rank, help="joint K/V latent size")
     parser.add_argument("--qk-rope-head-dim", type=int, default=ranks.qk_rope_head_dim,
                         help="dims of the one RoPE key all heads share")
