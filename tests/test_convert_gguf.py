@@ -244,10 +244,11 @@ def test_healing_further_can_train_an_indexer_of_another_shape(gguf_file, tmp_pa
 def test_rows_are_drawn_from_the_corpus_groups_in_turn():
     large, small = list(range(1000, 1040)), list(range(2000, 2012))
     rows = interleaved_blocks([large, small], block_size=4, max_blocks=100, seed=7)
-    group = (rows[:, 0] >= 2000).long().tolist()
-    assert group[:6] == [0, 1, 0, 1, 0, 1], "one row from each group in turn while both last"
-    assert group[6:] == [0] * 7, "then the group that is left"
-    assert sorted(rows.flatten().tolist()) == large + small, "every block once, whole"
+    assert (rows[:, 0] >= 2000).long().tolist() == [0, 1] * 10, "one row from each group in turn"
+    assert sorted(rows[0::2].flatten().tolist()) == large, "the largest group's blocks once each, whole"
+    small_rows = [tuple(row) for row in rows[1::2].tolist()]
+    assert sorted(set(small_rows)) == [tuple(range(2000 + i, 2004 + i)) for i in (0, 4, 8)]
+    assert small_rows[:3] == small_rows[3:6], "a group that runs out starts over in the same order"
     assert torch.equal(interleaved_blocks([large], 4, 100, seed=7), corpus_blocks(large, 4, 100, seed=7))
     assert len(interleaved_blocks([large, small], 4, max_blocks=5, seed=7)) == 5
 

@@ -35,7 +35,7 @@ def _add_convert(commands: argparse._SubParsersAction) -> None:
                         "(its ranks must match; e.g. --transfer-steps 0 for a longer distillation)")
     parser.add_argument("--corpus", type=Path, nargs="+", action="append", required=True,
                         help=".txt / .jsonl files or folders of them: calibration and healing text (required). "
-                        "Repeated, each is a group, and the rows are drawn from the groups in turn")
+                        "Repeated, each is a group, and the groups are drawn from in equal shares")
     parser.add_argument("--kv-lora-rank", type=int, default=ranks.kv_lora_rank, help="joint K/V latent size")
     parser.add_argument("--qk-rope-head-dim", type=int, default=ranks.qk_rope_head_dim,
                         help="dims of the one RoPE key all heads share")

@@ -40,8 +40,8 @@ class ConvertSettings:
 
     source: Path
     out: Path
-    # Groups of healing text (each a list of files or folders); rows are drawn from the groups in
-    # turn, so a small group (the chat split, 5% of the tokens) heals as much as a large one.
+    # Groups of healing text (each a list of files or folders), drawn from in equal shares: a small
+    # group (the chat split, 5% of the tokens) heals as much as a large one.
     corpus: list[list[Path]]
     ranks: MLARanks = field(default_factory=MLARanks)
     heal: HealSettings = field(default_factory=HealSettings)
@@ -83,12 +83,12 @@ def corpus_blocks(ids: list[int], block_size: int, max_blocks: int, seed: int) -
 
 
 def interleaved_blocks(groups: list[list[int]], block_size: int, max_blocks: int, seed: int) -> torch.Tensor:
-    """Each group's shuffled blocks taken in turn (one from each, then the next from each, a group
-    that runs out dropping out), at most `max_blocks`: every prefix of the rows, so every stage's
-    share of them, holds the groups about equally. One group gives `corpus_blocks` unchanged."""
+    """Each group's shuffled blocks taken in turn, a smaller group starting over when it runs out,
+    until the largest is used up or there are `max_blocks`: a stage draws its rows uniformly from
+    them, so each group gets an equal share. One group gives `corpus_blocks` unchanged."""
     per_group = [corpus_blocks(ids, block_size, max_blocks, seed + i) for i, ids in enumerate(groups)]
     rounds = max(len(blocks) for blocks in per_group)
-    rows = [blocks[r] for r in range(rounds) for blocks in per_group if r < len(blocks)]
+    rows = [blocks[r % len(blocks)] for r in range(rounds) for blocks in per_group]
     return torch.stack(rows[:max_blocks])
 
 
