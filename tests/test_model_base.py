@@ -198,3 +198,42 @@ def test_projections_healing_leaves_alone_are_derived_not_stored(installed_gguf,
     model = Model.from_pretrained(out)
     assert torch.equal(model.backbone.layers[0].self_attn.q_a_proj.weight, torch.eye(64))
     assert json.loads((out / "convert.json").read_text())["heal"]["frozen"] == ["q_a_proj", "o_proj"]
+
+
+def test_packing_on_a_base_folder_names_the_weights_it_stores_and_assembles_the_same(converted, tmp_path):
+    import shutil
+
+    assert main(["pack", "--model", str(converted)]) == 0
+    model = Model.from_pretrained(converted)
+    trained = "model.layers.1.self_attn.kv_b_proj.weight"
+    with torch.no_grad():
+        model.backbone.layers[1].self_attn.kv_b_proj.weight.add_(0.25)
+    tuned, alone = tmp_path / "tuned", tmp_path / "alone"
+    model.save_pretrained(tuned)
+    shutil.copytree(tuned, alone)
+    assert main(["pack", "--model", str(alone)]) == 0
+    assert main(["pack", "--model", str(tuned), "--base-folder", str(converted)]) == 0
+
+    folder = json.loads((tuned / BASE_FILE).read_text())["folder"]
+    assert folder["path"] == "../converted"
+    assert stored_names(tuned) == {trained}
+    assert set(folder["tensors"]) == stored_names(converted) - {trained}
+    assembled, reference = Model.from_pretrained(tuned).state_dict(), Model.from_pretrained(alone).state_dict()
+    for name, tensor in reference.items():
+        assert torch.equal(assembled[name], tensor), name
+
+    resaved = tmp_path / "resaved"
+    Model.from_pretrained(tuned).save_pretrained(resaved)
+    assert "folder" not in json.loads((resaved / BASE_FILE).read_text()), "a relative folder path is not carried"
+    assert stored_names(resaved) == stored_names(alone)
+    assert main(["pack", "--model", str(alone), "--base-folder", str(tuned)]) == 2, "a base folder stores its weights"
+
+    other = Model.from_pretrained(converted)
+    with torch.no_grad():
+        other.backbone.layers[0].self_attn.kv_b_proj.weight.add_(1.0)
+    other.save_pretrained(converted)
+    with pytest.raises(BaseError, match="packed on"):
+        Model.from_pretrained(tuned)
+    shutil.rmtree(converted)
+    with pytest.raises(BaseError, match="base folder .* is missing"):
+        Model.from_pretrained(tuned)

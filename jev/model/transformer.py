@@ -222,7 +222,8 @@ class Model(nn.Module):
         """Load a transformers DeepSeek-V3.2 folder (`config.json` + safetensors, sharded or not).
 
         A folder with `base.json` stores only what differs from its base: the rest is read from the
-        installed package file it names, after checking that file's hash.
+        installed package file it names (and from the base folder it names, if any), after checking
+        that file's hash.
         """
         path = Path(path)
         config = ModelConfig.load(path)
@@ -231,7 +232,7 @@ class Model(nn.Module):
         found = read_weights(path, config)
         base = BaseReference.load(path)
         if base is not None:
-            found = _with_base(found, base)
+            found = _with_base(found, base, path)
         check_weights(model.state_dict(), found, config.tie_word_embeddings)
         model = model.to_empty(device="cpu")
         model.load_state_dict(found, strict=not config.tie_word_embeddings)
@@ -244,8 +245,9 @@ class Model(nn.Module):
     def save_pretrained(self, path: str | Path, standalone: bool = False) -> None:
         """Write `config.json` + `model.safetensors` in the layout transformers loads.
 
-        A model loaded on a base keeps it: the weights still equal to the base's are named in
-        `base.json`, not written (a weight training changed is written). `standalone` writes every
+        A model loaded on a base keeps it: the weights still equal to the base package's are named in
+        `base.json`, not written (a weight training changed is written). A base folder is not kept:
+        its path is relative to the folder loaded, so the weights it gave are written. `standalone` writes every
         weight and no `base.json`, for tools that know nothing of Jev's bases.
         """
         if self.weights != "float32":
@@ -262,12 +264,13 @@ class Model(nn.Module):
             based = kept | set(identity)
             state = {name: t for name, t in state.items() if to_checkpoint_name(name) not in based}
             tensors = {name: self.base.tensors[name] for name in sorted(kept)}
-            replace(self.base, tensors=tensors, identity=dict(sorted(identity.items()))).save(path)
+            replace(self.base, tensors=tensors, identity=dict(sorted(identity.items())), folder=None).save(path)
         write_weights(path, state, self.config.tie_word_embeddings)
 
 
-def _with_base(found: dict[str, torch.Tensor], base: BaseReference) -> dict[str, torch.Tensor]:
-    based = {from_checkpoint_name(name): tensor for name, tensor in base.read().items()}
+def _with_base(found: dict[str, torch.Tensor], base: BaseReference, at: Path) -> dict[str, torch.Tensor]:
+    named = {**base.read(), **(base.folder.read(at) if base.folder else {})}
+    based = {from_checkpoint_name(name): tensor for name, tensor in named.items()}
     both = sorted(set(found) & set(based))
     if both:
         raise BaseError(f"{BASE_FILE} names weights the folder also stores: {both[:5]}")
