@@ -235,5 +235,5 @@ def test_packing_on_a_base_folder_names_the_weights_it_stores_and_assembles_the_
     with pytest.raises(BaseError, match="packed on"):
         Model.from_pretrained(tuned)
     shutil.rmtree(converted)
-    with pytest.raises(BaseError, match="base folder .* is missing"):
+    with pytest.raises(BaseError, match=r"base folder .* is missing"):
         Model.from_pretrained(tuned)
