@@ -6,6 +6,7 @@ weights compute.
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -201,8 +202,6 @@ def test_projections_healing_leaves_alone_are_derived_not_stored(installed_gguf,
 
 
 def test_packing_on_a_base_folder_names_the_weights_it_stores_and_assembles_the_same(converted, tmp_path):
-    import shutil
-
     assert main(["pack", "--model", str(converted)]) == 0
     model = Model.from_pretrained(converted)
     trained = "model.layers.1.self_attn.kv_b_proj.weight"
