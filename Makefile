@@ -151,17 +151,15 @@ base-model-longer: $(STAMP) $(DATA)/mail/test.jsonl $(CONVERTED)/config.json
 # on a Zen 5 EPYC's 2 cores; rerunning continues a stopped stage. docs/conversion.md.
 BACKBONE_CORPUS = --corpus $(DATA)/mail/train.jsonl --corpus $(DATA)/mail/train.jsonl --corpus $(DATA)/mail/train.jsonl \
 	--corpus $(DATA)/chat/train.jsonl --corpus $(DATA)/chat/train.jsonl --corpus $$(ls $(DATA)/gutenberg/*.txt | grep -v hamlet)
+# A stage's folder becomes models/smollm2-mla, packed: $(call committed_backbone,FOLDER).
+committed_backbone = rm -rf models/smollm2-mla && cp -r $(1) models/smollm2-mla && $(JEV) pack --model models/smollm2-mla
 backbone: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) convert --out runs/smollm2-mla-backbone --threads $(JOBS) --transfer-steps 80 --distill-steps 300 \
 		--indexer-steps 60 --sparse-steps 30 $(BACKBONE_CORPUS)
-	rm -rf models/smollm2-mla
-	cp -r runs/smollm2-mla-backbone models/smollm2-mla
-	$(JEV) pack --model models/smollm2-mla
+	$(call committed_backbone,runs/smollm2-mla-backbone)
 	$(JEV) convert --init models/smollm2-mla --out runs/smollm2-mla-backbone2 --threads $(JOBS) --seed 1 \
 		--transfer-steps 0 --distill-steps 180 --indexer-steps 90 --sparse-steps 110 $(BACKBONE_CORPUS)
-	rm -rf models/smollm2-mla
-	cp -r runs/smollm2-mla-backbone2 models/smollm2-mla
-	$(JEV) pack --model models/smollm2-mla
+	$(call committed_backbone,runs/smollm2-mla-backbone2)
 
 bench-convert: $(STAMP) $(DATA)/mail/test.jsonl
 	$(PY) -m benchmarks.convert --model $(CONVERTED) $(wildcard $(CONVERTED)-long $(CONVERTED)-sparse $(CONVERTED)-longer) --data $(DATA)
