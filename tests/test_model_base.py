@@ -236,3 +236,34 @@ def test_packing_on_a_base_folder_names_the_weights_it_stores_and_assembles_the_
     shutil.rmtree(converted)
     with pytest.raises(BaseError, match=r"base folder .* is missing"):
         Model.from_pretrained(tuned)
+
+
+def test_a_packed_folder_moved_elsewhere_is_repointed_by_packing_it_on_the_same_base(converted, tmp_path):
+    model = Model.from_pretrained(converted)
+    with torch.no_grad():
+        model.backbone.layers[1].self_attn.kv_b_proj.weight.add_(0.25)
+    tuned = tmp_path / "tuned"
+    model.save_pretrained(tuned)
+    assert main(["pack", "--model", str(tuned), "--base-folder", str(converted)]) == 0
+    expected = Model.from_pretrained(tuned).state_dict()
+    named = json.loads((tuned / BASE_FILE).read_text())["folder"]["tensors"]
+
+    moved = tmp_path / "deeper" / "tuned"
+    moved.parent.mkdir()
+    shutil.move(tuned, moved)
+    with pytest.raises(BaseError, match=r"base folder .* is missing"):
+        Model.from_pretrained(moved)
+    assert main(["pack", "--model", str(moved), "--base-folder", str(converted)]) == 0
+    folder = json.loads((moved / BASE_FILE).read_text())["folder"]
+    assert folder["path"] == "../../converted" and folder["tensors"] == named
+    for name, tensor in Model.from_pretrained(moved).state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
+
+    other = tmp_path / "other"
+    shutil.copytree(converted, other)
+    retrained = Model.from_pretrained(other)
+    with torch.no_grad():
+        retrained.backbone.layers[0].self_attn.kv_b_proj.weight.add_(1.0)
+    retrained.save_pretrained(other)
+    assert main(["pack", "--model", str(moved), "--base-folder", str(other)]) == 2, "another base's weights"
+    assert json.loads((moved / BASE_FILE).read_text())["folder"]["path"] == "../../converted"

@@ -136,9 +136,11 @@ def _add_pack(commands: argparse._SubParsersAction) -> None:
 
 
 def _run_pack(args: argparse.Namespace) -> int:
-    from jev.convert.export import name_base_folder, pack_folder
+    from jev.convert.export import name_base_folder, pack_folder, repoint_base_folder
 
     folder = model_folder(args.model)
+    if args.base_folder is not None:
+        repoint_base_folder(folder, model_folder(args.base_folder, "--base-folder"))
     packed = pack_folder(folder)
     print(f"packed {len(packed)} matrices of {args.model} as Q8_0")
     if args.base_folder is not None:

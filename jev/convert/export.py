@@ -59,31 +59,47 @@ def pack_folder(folder: Path) -> list[str]:
     return packed
 
 
-def name_base_folder(folder: Path, base_folder: Path) -> list[str]:
-    """Drop from `folder`'s weights those `base_folder` stores with the same values and name them in
-    `base.json`; returns their names. The assembled model is checked to be unchanged."""
+def repoint_base_folder(folder: Path, base_folder: Path) -> BaseReference:
+    """`folder`'s base reference, its base folder path re-pointed to `base_folder` (and saved) when the
+    folder was packed on a base folder whose weights hash the same; refused when they differ.
+
+    The path is relative, so a packed folder moved (from `runs/` into `models/`) stops loading until
+    it is packed again on the same base at its new place.
+    """
     reference = BaseReference.load(folder)
-    under = BaseReference.load(base_folder)
     if reference is None:
         raise JevError(f"{folder} names no base package; --base-folder is for a folder built on one")
+    under = BaseReference.load(base_folder)
     if under is not None and under.folder is not None:
         raise JevError(f"{base_folder} names a base folder itself; a base folder must store its weights")
     path = os.path.relpath(base_folder.resolve(), folder.resolve())
-    if reference.folder is not None and reference.folder.path != path:
-        raise JevError(f"{folder} is already packed on {reference.folder.path}, not {path}")
+    if reference.folder is None or reference.folder.path == path:
+        return reference
+    if reference.folder.sha256 != file_sha256(base_folder / WEIGHTS_FILE):
+        raise JevError(f"{folder} is packed on {reference.folder.path}, whose weights are not {base_folder}'s")
+    reference = replace(reference, folder=replace(reference.folder, path=path))
+    reference.save(folder)
+    return reference
+
+
+def name_base_folder(folder: Path, base_folder: Path) -> list[str]:
+    """Drop from `folder`'s weights those `base_folder` stores with the same values and name them in
+    `base.json`; returns every name `base.json` now gives. The assembled model is checked to be unchanged."""
+    reference = repoint_base_folder(folder, base_folder)
+    path = os.path.relpath(base_folder.resolve(), folder.resolve())
     before = Model.from_pretrained(folder).state_dict()
     theirs = read_safetensors(base_folder / WEIGHTS_FILE)
     mine = read_safetensors(folder / WEIGHTS_FILE)
     same = {name for name, t in mine.items() if name in theirs and _same(t, theirs[name])}
-    if not same:
-        return []
     named = sorted(same | set(reference.folder.tensors if reference.folder else []))
+    if not same:
+        return named
     drop_weights(folder / WEIGHTS_FILE, same)
     replace(reference, folder=FolderBase(path, file_sha256(base_folder / WEIGHTS_FILE), named)).save(folder)
     after = Model.from_pretrained(folder).state_dict()
     if any(not torch.equal(after[name], tensor) for name, tensor in before.items()):
         raise JevError(f"{folder} assembled on {base_folder} differs from before: a bug, report it")
-    return sorted(same)
+    return named
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
