@@ -62,6 +62,14 @@ def stored_names(folder):
         return set(handle.keys())
 
 
+def save_with_kv_b_changed(source: Path, out: Path, layer: int, delta: float) -> None:
+    """`source` loaded, one layer's `kv_b_proj` shifted by `delta` (as training would), saved to `out`."""
+    model = Model.from_pretrained(source)
+    with torch.no_grad():
+        model.backbone.layers[layer].self_attn.kv_b_proj.weight.add_(delta)
+    model.save_pretrained(out)
+
+
 def test_a_converted_folder_names_its_base_and_stores_only_attention(converted, installed_gguf):
     base = json.loads((converted / BASE_FILE).read_text())
     assert (base["package"], base["version"], base["module"], base["file"]) == (PACKAGE, VERSION, PACKAGE, GGUF_NAME)
@@ -203,12 +211,9 @@ def test_projections_healing_leaves_alone_are_derived_not_stored(installed_gguf,
 
 def test_packing_on_a_base_folder_names_the_weights_it_stores_and_assembles_the_same(converted, tmp_path):
     assert main(["pack", "--model", str(converted)]) == 0
-    model = Model.from_pretrained(converted)
     trained = "model.layers.1.self_attn.kv_b_proj.weight"
-    with torch.no_grad():
-        model.backbone.layers[1].self_attn.kv_b_proj.weight.add_(0.25)
     tuned, alone = tmp_path / "tuned", tmp_path / "alone"
-    model.save_pretrained(tuned)
+    save_with_kv_b_changed(converted, tuned, 1, 0.25)
     shutil.copytree(tuned, alone)
     assert main(["pack", "--model", str(alone)]) == 0
     assert main(["pack", "--model", str(tuned), "--base-folder", str(converted)]) == 0
@@ -227,10 +232,7 @@ def test_packing_on_a_base_folder_names_the_weights_it_stores_and_assembles_the_
     assert stored_names(resaved) == stored_names(alone)
     assert main(["pack", "--model", str(alone), "--base-folder", str(tuned)]) == 2, "a base folder stores its weights"
 
-    other = Model.from_pretrained(converted)
-    with torch.no_grad():
-        other.backbone.layers[0].self_attn.kv_b_proj.weight.add_(1.0)
-    other.save_pretrained(converted)
+    save_with_kv_b_changed(converted, converted, 0, 1.0)
     with pytest.raises(BaseError, match="packed on"):
         Model.from_pretrained(tuned)
     shutil.rmtree(converted)
@@ -239,11 +241,8 @@ def test_packing_on_a_base_folder_names_the_weights_it_stores_and_assembles_the_
 
 
 def test_a_packed_folder_moved_elsewhere_is_repointed_by_packing_it_on_the_same_base(converted, tmp_path):
-    model = Model.from_pretrained(converted)
-    with torch.no_grad():
-        model.backbone.layers[1].self_attn.kv_b_proj.weight.add_(0.25)
     tuned = tmp_path / "tuned"
-    model.save_pretrained(tuned)
+    save_with_kv_b_changed(converted, tuned, 1, 0.25)
     assert main(["pack", "--model", str(tuned), "--base-folder", str(converted)]) == 0
     expected = Model.from_pretrained(tuned).state_dict()
     named = json.loads((tuned / BASE_FILE).read_text())["folder"]["tensors"]
@@ -261,9 +260,6 @@ def test_a_packed_folder_moved_elsewhere_is_repointed_by_packing_it_on_the_same_
 
     other = tmp_path / "other"
     shutil.copytree(converted, other)
-    retrained = Model.from_pretrained(other)
-    with torch.no_grad():
-        retrained.backbone.layers[0].self_attn.kv_b_proj.weight.add_(1.0)
-    retrained.save_pretrained(other)
+    save_with_kv_b_changed(other, other, 0, 1.0)
     assert main(["pack", "--model", str(moved), "--base-folder", str(other)]) == 2, "another base's weights"
     assert json.loads((moved / BASE_FILE).read_text())["folder"]["path"] == "../../converted"
