@@ -2,7 +2,7 @@
 
     decider = Decider.load("models/default")
     result = decider.decide(MailDecision, {"body": "Win a free cruise! Click here."})
-    result.value.kind, round(result.probs["kind"]["spam"], 2), result.usage.decision_passes  # 'spam', 0.99, 1
+    result.value.kind, round(result.probs["kind"]["spam"], 2), result.usage.decision_passes  # 'spam', 0.98, 1
 
 One forward pass decides every closed field of a whole batch (see `jev.decide.decision`); `usage`
 counts it as `decision_passes`. Text fields (the mail's `subject`) are then generated after the
