@@ -84,7 +84,7 @@ bench-generate: $(STAMP) $(DATA)/mail/test.jsonl
 # TF-IDF beside it; benchmarks/accuracy.py adds the MiniLM anchor. Then the DSpark drafter is
 # distilled from the packed model on the mail answers (no Markov head: its two vocabulary-sized
 # tables would not fit the 50 MB budget) and packed too. About 64 minutes on a Zen 5 EPYC's 2 cores
-# (docs/training.md); the drafter about 36 more with native bfloat16 on a Xeon, about 65 on the EPYC.
+# (docs/training.md); the drafter about 36 more with native bfloat16 on a Xeon, 71 on the EPYC.
 FROZEN_LAYERS ?= 27
 TASKS  := --task schemas.mail:TASK --data $(DATA)/mail/train.jsonl --valid $(DATA)/mail/valid.jsonl \
 	--task schemas.chat:TASK --data $(DATA)/chat/train.jsonl --valid $(DATA)/chat/valid.jsonl
