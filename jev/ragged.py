@@ -41,17 +41,24 @@ def rows_of(tokens: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
 def concat_rows(
     a: torch.Tensor, a_n: torch.Tensor, b: torch.Tensor, b_n: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row i is `a[i, :a_n[i]] ++ b[i, :b_n[i]]`, right-padded with zeros: `[B, max(a_n + b_n)]` and lengths."""
+    """Row i is `a[i, :a_n[i]] ++ b[i, :b_n[i]]`, right-padded with zeros: `[B, max(a_n + b_n), ...]`
+    and lengths. Rows may be token ids `[B, T]` or vectors `[B, T, D]` (both of one dtype)."""
     total = a_n + b_n
     width = int(total.max()) if total.numel() else 0
     columns = torch.arange(width).view(1, -1)
-    from_a = columns < a_n.view(-1, 1)
-    a_index = columns.clamp(max=max(a.shape[1] - 1, 0)).expand(len(a_n), -1)
-    b_index = (columns - a_n.view(-1, 1)).clamp(min=0, max=max(b.shape[1] - 1, 0))
-    a_part = a.gather(1, a_index) if a.shape[1] else torch.zeros(len(a_n), width, dtype=torch.int64)
-    b_part = b.gather(1, b_index) if b.shape[1] else torch.zeros(len(b_n), width, dtype=torch.int64)
-    out = torch.where(from_a, a_part, b_part)
-    return torch.where(columns < total.view(-1, 1), out, torch.zeros_like(out)), total
+    trailing = a.shape[2:]
+
+    def take(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        if not rows.shape[1]:
+            return rows.new_zeros(len(index), width, *trailing)
+        index = index.expand(len(index), width).view(len(index), width, *(1,) * len(trailing))
+        return rows.gather(1, index.expand(-1, -1, *trailing))
+
+    a_part = take(a, columns.clamp(max=max(a.shape[1] - 1, 0)).expand(len(a_n), -1))
+    b_part = take(b, (columns - a_n.view(-1, 1)).clamp(min=0, max=max(b.shape[1] - 1, 0)))
+    shape = (len(total), width, *(1,) * len(trailing))
+    out = torch.where((columns < a_n.view(-1, 1)).view(shape), a_part, b_part)
+    return torch.where((columns < total.view(-1, 1)).view(shape), out, torch.zeros_like(out)), total
 
 
 def drop_first(tokens: torch.Tensor, lengths: torch.Tensor, drop: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -81,19 +81,18 @@ def test_greedy_speculative_equals_plain(target: Model, draft_len: int, markov_r
         torch.testing.assert_close(spec.cache.latent[:, row, :n], plain.cache.latent[:, row, :n], rtol=1e-9, atol=1e-9)
 
 
-def prefilled(target: Model, draft_len: int) -> tuple[LatentCache, torch.Tensor]:
-    """A cache holding every prompt but its last token, and the hidden state at each prompt's last cached token."""
+def prefilled(target: Model, draft_len: int) -> tuple[LatentCache, torch.Tensor, torch.Tensor]:
+    """A cache holding every prompt but its last token, the hidden states of those tokens and their counts."""
     cache = target.new_cache(len(PROMPTS), max(map(len, PROMPTS)) + NEW + draft_len + 1)
     tokens, lengths = pad_rows([prompt[:-1] for prompt in PROMPTS])
-    states = target.hidden_states(tokens, cache=cache, lengths=lengths)
-    return cache, states[torch.arange(len(PROMPTS)), lengths - 1]
+    return cache, target.hidden_states(tokens, cache=cache, lengths=lengths), lengths
 
 
 def test_greedy_from_a_given_cache_starts_with_a_plain_step(target: Model) -> None:
     """No prefill pass runs, so the first round has no target state: it drafts nothing."""
     plain = generate(target, PROMPTS, NEW, temperature=0.0)
     draft_len = 3
-    cache, _ = prefilled(target, draft_len)
+    cache, _, _ = prefilled(target, draft_len)
     spark = drafter(target)
     state = TargetState.cached(target, cache, PROMPTS)
     spec = generate(target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len, state=state)
@@ -469,18 +468,18 @@ def test_weights_and_precision_are_refused_for_the_autoregressive_kind(tmp_path:
         ["train", "drafter", "--target", str(tmp_path), "--corpus", str(tmp_path), "--out", str(tmp_path / "d"),
          "--weights", "fp16"]
     )
-    with pytest.raises(JevError, match="apply to --kind dspark only"):
+    with pytest.raises(JevError, match="apply to --kind dspark and eagle only"):
         args.func(args)
 
 
 def test_a_given_cache_with_its_hidden_states_drafts_from_the_first_round(target: Model) -> None:
     plain = generate(target, PROMPTS, NEW, temperature=0.0)
     draft_len = 3
-    cache, hidden = prefilled(target, draft_len)
+    cache, states, counts = prefilled(target, draft_len)
     spark = drafter(target)
     spec = generate(
         target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len,
-        state=TargetState.cached(target, cache, PROMPTS, hidden),
+        state=TargetState.cached(target, cache, PROMPTS, states, counts),
     )
     assert spec.tokens == plain.tokens
     assert spark.passes == spec.stats.target_passes, "every round drafted, the first one included"

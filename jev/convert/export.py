@@ -24,6 +24,7 @@ import torch
 from jev.decide.bundle import DRAFTER_DIR
 from jev.digest import file_sha256
 from jev.generate.drafters.dspark import WEIGHTS_FILE as DSPARK_WEIGHTS_FILE
+from jev.generate.drafters.eagle import WEIGHTS_FILE as EAGLE_WEIGHTS_FILE
 from jev.model import Model
 from jev.model.base import BASE_FILE, BaseReference, FolderBase
 from jev.model.checkpoint import INDEX_FILE, WEIGHTS_FILE, drop_weights, pack_weights, read_safetensors
@@ -46,16 +47,17 @@ def export_folder(folder: Path, out: Path) -> Path:
 
 
 def pack_folder(folder: Path) -> list[str]:
-    """Pack `folder/model.safetensors`, and a DSpark drafter's weights in `folder/drafter/`, in place;
-    returns the names of the tensors now stored as Q8_0 (the drafter's prefixed `drafter/`)."""
+    """Pack `folder/model.safetensors`, and a DSpark or EAGLE drafter's weights in `folder/drafter/`, in
+    place; returns the names of the tensors now stored as Q8_0 (the drafter's prefixed `drafter/`)."""
     file = folder / WEIGHTS_FILE
     if not file.is_file():
         raise JevError(f"{folder} has no {WEIGHTS_FILE} to pack (a sharded folder is not packed)")
     Model.from_pretrained(folder)  # refuse a folder that does not load before rewriting it
     packed = pack_weights(file)
-    drafter = folder / DRAFTER_DIR / DSPARK_WEIGHTS_FILE
-    if drafter.is_file():
-        packed += [f"{DRAFTER_DIR}/{name}" for name in pack_weights(drafter)]
+    for name in (DSPARK_WEIGHTS_FILE, EAGLE_WEIGHTS_FILE):
+        drafter = folder / DRAFTER_DIR / name
+        if drafter.is_file():
+            packed += [f"{DRAFTER_DIR}/{tensor}" for tensor in pack_weights(drafter)]
     return packed
 
 

@@ -10,8 +10,8 @@ logits into tokens. One round, for all active sequences at once:
 5. `accept_block` draws how many drafts held and the correction / bonus token;
 6. the target cache is rolled back past rejected drafts (`LatentCache.truncate`), the drafter
    is told what was committed (and, if it reads the target's states, shown the target's hidden
-   state at the last committed position), and the emitted tokens are appended (cut at a stop
-   token or at `max_new_tokens`).
+   states at the committed positions), and the emitted tokens are appended (cut at a stop token
+   or at `max_new_tokens`).
 
 The target's cache always holds the prompt and the emitted tokens except the newest ("pending")
 one, which the next round's pass reads first. A drafter that reads the target's hidden states
@@ -109,13 +109,14 @@ class GenerationStats:
 @dataclass
 class TargetState:
     """Each sequence's place in the target. `cache` holds every token but the pending one,
-    `pending [B]`; `hidden [B, D]` is the target's final hidden state at the last cached position
-    where `known [B]` (a drafter that reads target states drafts only from a known one)."""
+    `pending [B]`; `states [B, T, D]` are the target's final hidden states at the last `counts[b]`
+    cached positions of sequence b (in the first `counts[b]` columns; 0 where none is known: a
+    drafter that reads target states drafts only from a known one)."""
 
     cache: LatentCache
     pending: torch.Tensor
-    hidden: torch.Tensor
-    known: torch.Tensor
+    states: torch.Tensor
+    counts: torch.Tensor
 
     @classmethod
     def prefill(cls, model: Model, prompts: list[list[int]], room: int) -> "TargetState":
@@ -123,25 +124,42 @@ class TargetState:
         (no pass runs when every prompt is one token long: then no state is known)."""
         cache = model.new_cache(len(prompts), room)
         tokens, lengths = pad_rows([prompt[:-1] for prompt in prompts])
-        hidden = torch.zeros(len(prompts), model.config.hidden_size, dtype=model.dtype, device=model.device)
+        states = torch.zeros(len(prompts), 0, model.config.hidden_size, dtype=model.dtype, device=model.device)
         if tokens.shape[1] > 0:
             states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths)
-            hidden = _at(states, (lengths - 1).clamp(min=0))
-        return cls(cache, _last_tokens(prompts), hidden, lengths > 0)
+        return cls(cache, _last_tokens(prompts), states, lengths)
 
     @classmethod
     def cached(
-        cls, model: Model, cache: LatentCache, prompts: list[list[int]], hidden: torch.Tensor | None = None
+        cls,
+        model: Model,
+        cache: LatentCache,
+        prompts: list[list[int]],
+        states: torch.Tensor | None = None,
+        counts: torch.Tensor | None = None,
     ) -> "TargetState":
-        """`cache` already holds every prompt but its last token; `hidden [B, D]`, if known, is the
-        target's state at each prompt's last cached token."""
+        """`cache` already holds every prompt but its last token; `states [B, T, D]`, if known, are the
+        target's states at the last `counts [B]` of them (the pass that read them)."""
         expected = torch.tensor([len(p) - 1 for p in prompts], device=cache.lengths.device)
         if cache.batch_size != len(prompts) or not torch.equal(cache.lengths, expected):
             raise ValueError(f"the cache holds {cache.lengths.tolist()} tokens; the prompts need {expected.tolist()}")
-        known = torch.full((len(prompts),), hidden is not None, dtype=torch.bool)
-        if hidden is None:
-            hidden = torch.zeros(len(prompts), model.config.hidden_size, dtype=model.dtype, device=model.device)
-        return cls(cache, _last_tokens(prompts), hidden, known)
+        if (states is None) != (counts is None):
+            raise ValueError("give the states with their counts, or neither")
+        if states is None or counts is None:
+            states = torch.zeros(len(prompts), 0, model.config.hidden_size, dtype=model.dtype, device=model.device)
+            counts = torch.zeros(len(prompts), dtype=torch.int64)
+        counts = counts.to("cpu", torch.int64)
+        if bool((counts > expected.cpu()).any()) or bool((counts > states.shape[1]).any()):
+            raise ValueError(f"states for {counts.tolist()} positions; the cache holds {expected.tolist()}")
+        return cls(cache, _last_tokens(prompts), states, counts)
+
+    def followers(self, prompts: list[list[int]]) -> torch.Tensor:
+        """`[B, T]`: the token after each position `states` covers (the prompt's last `counts[b]` tokens)."""
+        rows = [prompt[len(prompt) - n :] if n else [] for prompt, n in zip(prompts, self.counts.tolist(), strict=True)]
+        tokens = torch.zeros(len(prompts), self.states.shape[1], dtype=torch.int64)
+        padded, _ = pad_rows(rows)
+        tokens[:, : padded.shape[1]] = padded
+        return tokens
 
 
 def _last_tokens(prompts: list[list[int]]) -> torch.Tensor:
@@ -209,15 +227,15 @@ def generate(
     reads_states = isinstance(drafter, ReadsTargetStates)
     if state is None:
         state = TargetState.prefill(model, prompts, max_len)
-        stats.target_passes += int(bool(state.known.any()))
+        stats.target_passes += int(bool((state.counts > 0).any()))
     elif state.cache.max_len < max_len:
         raise ValueError(f"the cache holds {state.cache.max_len} positions; this generation needs {max_len}")
-    cache, pending, hidden, seen = state.cache, state.pending, state.hidden, state.known.clone()
+    cache, pending, seen = state.cache, state.pending, state.counts > 0
     if drafter is not None:
         passes_before = drafter.passes  # a drafter counts its passes over its lifetime
         drafter.start(prompts, max_len)
         if reads_states and bool(seen.any()):
-            drafter.observe(hidden, seen)
+            drafter.observe(state.states, state.followers(prompts), state.counts)
     out = torch.zeros(batch, int(budget.max()) + depth_cap + 1, dtype=torch.int64)
     out_n = torch.zeros(batch, dtype=torch.int64)
     active = budget > 0
@@ -257,15 +275,16 @@ def generate(
         policy.record(n_verified, n_accepted)
         cache.truncate(torch.where(active, before + 1 + n_accepted, before))
         committed = torch.cat((pending.view(-1, 1), drafted), dim=1)
-        if drafter is not None:
-            drafter.commit(committed, torch.where(active, 1 + n_accepted, 0))
-            if reads_states:
-                drafter.observe(_at(hidden, n_accepted), active)
-                seen |= active
-        _count(stats, active, n_verified, n_accepted, verdict.bonus, width)
+        counts = torch.where(active, 1 + n_accepted, 0)
         emitted = torch.cat((drafted, drafted.new_zeros(batch, 1)), dim=1)
         emitted = emitted.scatter(1, n_accepted.view(-1, 1), verdict.next_token.view(-1, 1))
-        active = _append(out, out_n, emitted, torch.where(active, 1 + n_accepted, 0), budget, stop_ids, active)
+        if drafter is not None:
+            drafter.commit(committed, counts)
+            if reads_states:
+                drafter.observe(hidden, emitted, counts)
+                seen |= active
+        _count(stats, active, n_verified, n_accepted, verdict.bonus, width)
+        active = _append(out, out_n, emitted, counts, budget, stop_ids, active)
         pending = verdict.next_token
     if drafter is not None:
         stats.drafter_passes = drafter.passes - passes_before
@@ -282,12 +301,6 @@ def _as_batch(prompt_ids: Sequence[int] | Sequence[Sequence[int]]) -> list[list[
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     return prompts
-
-
-def _at(states: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """`states [B, T, D]` -> `[B, D]`: row b's state at column `index[b]`."""
-    index = index.to(states.device).view(-1, 1, 1).expand(-1, 1, states.shape[-1])
-    return states.gather(1, index)[:, 0]
 
 
 def _count(

@@ -78,12 +78,12 @@ def write_texts(
     written = WrittenTexts([{} for _ in range(batch)], [0] * batch, truncated=[[] for _ in range(batch)])
     n_closed = len(answer.spec.closed_fields)
     for i, spec in enumerate(answer.spec.text_fields):
-        hidden = _feed(model, cache, prompts)
-        written.forward_passes += 0 if hidden is None else 1
+        read = _feed(model, cache, prompts)
+        written.forward_passes += 0 if read is None else 1
         generation = generate(
             model, prompts, spec.max_tokens + 1, temperature=settings.temperature, top_p=settings.top_p,
             top_k=settings.top_k, seed=settings.seed, drafter=drafter, draft_len=settings.draft_len,
-            stop=answer.text_end, policy=policy, state=TargetState.cached(model, cache, prompts, hidden),
+            stop=answer.text_end, policy=policy, state=TargetState.cached(model, cache, prompts, *(read or ())),
             no_repeat_ngram=settings.no_repeat_ngram,
         )
         stats = generation.stats
@@ -103,16 +103,14 @@ def write_texts(
     return written
 
 
-def _feed(model: Model, cache: LatentCache, prompts: list[list[int]]) -> torch.Tensor | None:
+def _feed(model: Model, cache: LatentCache, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Read every prompt's tokens the cache lacks, but the last, in one pass. Returns the hidden
-    state `[B, D]` at each prompt's last cached token (for a drafter that reads target states), or
-    None when some prompt had nothing to read and no pass ran for it."""
+    states `[B, T, D]` of the positions read and how many each prompt read `[B]` (for a drafter that
+    reads target states), or None when some prompt had nothing to read and no pass ran for it."""
     unread = [prompt[n:] for prompt, n in zip(prompts, cache.lengths.tolist(), strict=True)]
     if min(map(len, unread)) <= 1:
         if max(map(len, unread)) > 1:
             raise ValueError("text prompts must all need reading, or none")
         return None
     tokens, lengths = pad_rows([prompt[:-1] for prompt in unread])
-    states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths.to(model.device))
-    return states[torch.arange(len(prompts), device=states.device), (lengths - 1).to(states.device)]
-
+    return model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths.to(model.device)), lengths

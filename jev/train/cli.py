@@ -1,5 +1,5 @@
 """`jev train lm | decide | drafter`: the command lines over `jev.train.lm`, `jev.train.decide` and the
-drafter distillations (`jev.train.drafter`, `jev.train.dspark`).
+drafter distillations (`jev.train.drafter`, `jev.train.dspark`, `jev.train.eagle`).
 
 Run `jev train lm` under `torchrun --nproc_per_node N` to train on N processes; nothing else changes.
 """
@@ -19,6 +19,7 @@ from jev.schema import JevError, load_task
 from jev.train.answer_corpus import AnswerDocuments
 from jev.train.drafter import DrafterSettings, distill, drafter_config
 from jev.train.dspark import DSparkSettings, distill_dspark
+from jev.train.eagle import EagleSettings, distill_eagle
 from jev.train.lm import LMSettings, pretrain
 from jev.train.presets import PRESETS
 
@@ -196,10 +197,12 @@ def _task_weights(entries: list[str]) -> dict[str, float]:
 
 def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
     parser = train_subparsers.add_parser(
-        "drafter", help="distil a drafter (a small autoregressive LM, or DSpark's block drafter) from a target model"
+        "drafter",
+        help="distil a drafter (a small autoregressive LM, DSpark's block drafter or an EAGLE layer) from a target",
     )
     parser.add_argument(
-        "--kind", choices=("autoregressive", "dspark"), default="autoregressive", help="the drafter to train"
+        "--kind", choices=("autoregressive", "dspark", "eagle"), default="autoregressive",
+        help="the drafter to train (default: %(default)s)",
     )
     parser.add_argument("--target", type=Path, required=True, help="the target model folder (with tokenizer.json)")
     parser.add_argument("--corpus", type=Path, nargs="+", required=True, help=".txt / .jsonl files or folders")
@@ -223,37 +226,56 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--anchors", type=int, default=dspark.anchors, help="(dspark) drafted blocks trained per text block and step"
     )
+    eagle = EagleSettings(target=Path(), texts=[], out=Path())
+    parser.add_argument(
+        "--vocab-size", type=int, default=eagle.vocab_size,
+        help="(eagle) the most frequent tokens of the text the drafter drafts (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--feature-weight", type=float, default=eagle.feature_weight,
+        help="(eagle) weight of the predicted state's smooth-L1 loss (default: %(default)s)",
+    )
     add_weights_option(parser)
     parser.add_argument(
         "--precision", choices=PRECISIONS, default="auto",
-        help="(dspark) arithmetic of the steps: auto is bfloat16 autocast where the CPU has native bfloat16 "
+        help="(dspark, eagle) arithmetic of the steps: auto is bfloat16 autocast where the CPU has native bfloat16 "
         "(AVX-512 BF16, AMX), else float32 (default: %(default)s)",
     )
     defaults = DrafterSettings(target=Path(), texts=[], out=Path(), config=ModelConfig())
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--block-size", type=int, default=defaults.block_size)
-    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument(
+        "--lr", type=float, default=None, help=f"peak learning rate (default: {defaults.lr}; eagle {eagle.lr})"
+    )
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.set_defaults(func=_run_drafter)
 
 def _run_drafter(args: argparse.Namespace) -> int:
-    if args.kind != "dspark" and (args.weights, args.precision) != ("auto", "auto"):
-        raise JevError("--weights and --precision apply to --kind dspark only")
+    if args.kind == "autoregressive" and (args.weights, args.precision) != ("auto", "auto"):
+        raise JevError("--weights and --precision apply to --kind dspark and eagle only")
     target_config = ModelConfig.load(args.target)
     if args.task:
         args.corpus = AnswerDocuments(args.task, args.corpus)
     if args.kind == "dspark":
         return _run_dspark(args, target_config)
+    if args.kind == "eagle":
+        settings = EagleSettings(
+            vocab_size=args.vocab_size, feature_weight=args.feature_weight, weights=args.weights,
+            autocast=resolve_autocast(args.precision), **_shared(args),
+        )
+        print(f"wrote the EAGLE drafter to {distill_eagle(settings)}")
+        return 0
     settings = DrafterSettings(config=drafter_config(target_config, args.layers, args.hidden_size), **_shared(args))
     print(f"wrote the drafter to {distill(settings)}")
     return 0
 
 def _shared(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings both drafter kinds take from the command line."""
+    """The settings every drafter kind takes from the command line."""
     return {
         "target": args.target, "texts": args.corpus, "out": args.out, "block_size": args.block_size,
-        "batch_size": args.batch_size, "steps": args.steps, "lr": args.lr, "seed": args.seed,
+        "batch_size": args.batch_size, "steps": args.steps, "seed": args.seed,
+        **({} if args.lr is None else {"lr": args.lr}),
     }
 
 def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:

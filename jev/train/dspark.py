@@ -35,6 +35,7 @@ from jev.generate.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
 from jev.model import Model
 from jev.model.precision import bfloat16_autocast, native_bfloat16
 from jev.model.weights import Weights, store_weights
+from jev.train.blocks import TokenBlocks
 from jev.train.corpus import describe_source
 from jev.train.drafter import DistillSettings
 from jev.train.optim import build_optimizer, lr_at
@@ -84,6 +85,27 @@ def target_states(target: Model, blocks: torch.Tensor, rows: int, dtype: torch.d
         for start in tqdm(range(0, len(blocks), rows), desc="target states", unit="pass"):
             states[start : start + rows] = target.hidden_states(blocks[start : start + rows].long()).to(dtype)
     return states
+
+
+@dataclass
+class StepStates:
+    """The frozen target's final hidden states over exactly the blocks a run's steps read, each block
+    read once (a short run reads a small part of a large corpus; a block read again costs nothing)."""
+
+    order: list[torch.Tensor]
+    rows: torch.Tensor
+    states: torch.Tensor
+
+    @classmethod
+    def read(cls, target: Model, data: TokenBlocks, settings: DistillSettings, dtype: torch.dtype) -> "StepStates":
+        order = [data.batch_indices(step, settings.batch_size, settings.seed) for step in range(settings.steps)]
+        used, rows = torch.cat(order).unique(return_inverse=True)
+        return cls(order, rows, target_states(target, data.train[used, :-1], settings.batch_size, dtype))
+
+    def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step `step`'s block indices into `data.train` and the target's states over them `[B, T, D]`."""
+        batch = len(self.order[step])
+        return self.order[step], self.states[self.rows[step * batch : (step + 1) * batch]]
 
 
 def dspark_loss(
@@ -187,12 +209,7 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     store_weights(target, settings.weights)
     autocast = native_bfloat16() if settings.autocast is None else settings.autocast
     settings = replace(settings, weights=target.weights, autocast=autocast)
-    # Only the blocks the steps will read (a short run reads a small part of a large corpus); `rows`
-    # holds each step's blocks as rows of `states`.
-    order = [data.batch_indices(step, settings.batch_size, settings.seed) for step in range(settings.steps)]
-    used, rows = torch.cat(order).unique(return_inverse=True)
-    dtype = torch.bfloat16 if autocast else torch.float32
-    states = target_states(target, data.train[used, :-1], settings.batch_size, dtype)
+    states = StepStates.read(target, data, settings, torch.bfloat16 if autocast else torch.float32)
     torch.manual_seed(settings.seed)
     head = DSparkHead(settings.config)
     init_head(head)
@@ -204,8 +221,8 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     for step in tqdm(range(settings.steps), desc="train drafter", unit="step"):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings.lr, settings.warmup, settings.steps)
-        inputs = data.train[order[step], :-1].long()
-        hidden = states[rows[step * settings.batch_size : (step + 1) * settings.batch_size]]
+        blocks, hidden = states.step(step)
+        inputs = data.train[blocks, :-1].long()
         with bfloat16_autocast(autocast):
             kl, confidence, label = dspark_loss(head, lm_head, embed, inputs, hidden, settings.anchors, generator)
         (kl + confidence).backward()

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.drafters.dspark import DSparkDrafter
+from jev.generate.drafters.eagle import EagleDrafter
 from jev.generate.drafters.lookup import LookupDrafter
 from jev.generate.drafters.protocol import DRAFTER_FILE, Draft, Drafter, ReadsTargetStates
 from jev.model import Model
 
-KINDS = ("autoregressive", "dspark", "lookup")
+KINDS = ("autoregressive", "dspark", "eagle", "lookup")
 __all__ = ["DRAFTER_FILE", "KINDS", "Draft", "Drafter", "ReadsTargetStates", "drafter_kind", "load_drafter"]
 
 
@@ -34,6 +35,8 @@ def load_drafter(path: str | Path, target: Model) -> Drafter:
     kind = drafter_kind(path)
     if kind == "dspark":
         return DSparkDrafter.load(path, target)
+    if kind == "eagle":
+        return EagleDrafter.load(path, target)
     if kind == "lookup":
         settings = json.loads((Path(path) / DRAFTER_FILE).read_text())
         given = {name: settings[name] for name in ("max_ngram", "hold") if name in settings}

@@ -201,10 +201,11 @@ class DSparkDrafter:
             len(prompts), self.head.config.hidden_size, dtype=self.target.dtype, device=self.target.device
         )
 
-    def observe(self, hidden: torch.Tensor, rows: torch.Tensor) -> None:
-        """Keep `hidden [B, D]`, the target's state at the last committed position, for the `rows [B]` given."""
-        rows = rows.to(self._hidden.device).view(-1, 1)
-        self._hidden = torch.where(rows, hidden.to(self._hidden.device, self._hidden.dtype), self._hidden)
+    def observe(self, states: torch.Tensor, followers: torch.Tensor, counts: torch.Tensor) -> None:
+        """Keep each sequence's last state read, `states[b, counts[b] - 1]`, where `counts[b] > 0`."""
+        rows = (counts > 0).to(self._hidden.device).view(-1, 1)
+        last = _last_real(states, counts).to(self._hidden.device, self._hidden.dtype)
+        self._hidden = torch.where(rows, last, self._hidden)
 
     def propose(
         self, pending: torch.Tensor, active: torch.Tensor, settings: SamplingSettings, uniforms: torch.Tensor
@@ -255,3 +256,9 @@ class DSparkDrafter:
         mapped = self.calibration.predict_proba(raw.detach().cpu().numpy().astype(np.float64).ravel())
         mapped = torch.as_tensor(mapped, dtype=raw.dtype).view(raw.shape).to(raw.device)
         return mapped.cummin(dim=1).values
+
+
+def _last_real(states: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """`states [B, T, D]` -> `[B, D]`: row b's column `counts[b] - 1` (column 0 where it has none)."""
+    index = (counts - 1).clamp(min=0).to(states.device).view(-1, 1, 1).expand(-1, 1, states.shape[-1])
+    return states.gather(1, index)[:, 0]

@@ -3,8 +3,8 @@
 A drafter keeps its own state per sequence (for an autoregressive drafter, its own latent cache)
 and follows the target: `start` with the prompts, then each round `propose` k tokens from the
 pending token, and `commit` what the target actually accepted so it can roll back the rest. A
-drafter that reads the target's hidden states (DSpark) also gets `observe`d after the prefill and
-after every verify pass.
+drafter that reads the target's hidden states (DSpark, EAGLE) also gets `observe`d after the
+prefill and after every verify pass, with the states of every position the target read.
 
 Both kinds import these from here; the package's `load_drafter` picks the kind a folder holds.
 """
@@ -66,9 +66,10 @@ class Drafter(Protocol):
 
 @runtime_checkable
 class ReadsTargetStates(Drafter, Protocol):
-    """A drafter that drafts from the target's hidden state; `generate` never lets it draft for a
+    """A drafter that drafts from the target's hidden states; `generate` never lets it draft for a
     sequence it has not yet been shown a state for (such a round is a plain decoding step)."""
 
-    def observe(self, hidden: torch.Tensor, rows: torch.Tensor) -> None:
-        """`hidden [B, D]`: the target's final hidden state at each sequence's last committed position
-        (the one before the pending token), for the sequences where `rows [B]` is true."""
+    def observe(self, states: torch.Tensor, followers: torch.Tensor, counts: torch.Tensor) -> None:
+        """The target read `counts[b]` new positions of sequence b into its cache (0: none). `states
+        [B, T, D]`: its final hidden states there, in the first `counts[b]` columns; `followers [B, T]`:
+        the token after each of those positions (the last one real is the new pending token)."""
