@@ -17,6 +17,7 @@ from jev.generate.drafters import ReadsTargetStates, load_drafter
 from jev.generate.drafters.eagle import EagleDrafter, EagleNet, eagle_config
 from jev.generate.loop import TargetState, generate
 from jev.model import Model
+from jev.model.weights import store_weights
 from jev.ragged import concat_rows, pad_rows
 from jev.tokenizer import save_tokenizer
 from jev.train.eagle import frequent_tokens
@@ -185,6 +186,12 @@ def test_folder_round_trip_packed_and_without_the_target_rows(target: Model, tmp
     saved = json.loads((folder / "drafter" / "eagle.json").read_text())
     assert saved["vocab"] == VOCAB.tolist()
     assert not any("embed_tokens" in name or "lm_head" in name for name in eagle.net.state_dict_to_save())
+    fp16 = Model.from_pretrained(folder)
+    store_weights(fp16, "fp16")
+    stored = load_drafter(folder / "drafter", fp16)
+    assert isinstance(stored, EagleDrafter) and stored.net.layer.weights == "fp16"
+    plain = generate(fp16, PROMPTS, 8, temperature=0.0)
+    assert generate(fp16, PROMPTS, 8, temperature=0.0, drafter=stored, draft_len=3).tokens == plain.tokens
     packed = pack_folder(folder)
     assert "drafter/fuse.weight" in packed
     repacked = load_drafter(folder / "drafter", target)

@@ -30,6 +30,7 @@ from jev.generate.accept import SamplingSettings, sample_from, warp
 from jev.generate.drafters.protocol import DRAFTER_FILE, Draft
 from jev.model import Model, ModelConfig
 from jev.model.checkpoint import read_safetensors
+from jev.model.weights import store_weights
 from jev.ragged import concat_rows
 
 CONFIG_FILE = "eagle.json"
@@ -54,13 +55,13 @@ def eagle_config(target: ModelConfig, vocab_size: int) -> ModelConfig:
 
 
 def target_head_rows(target: Model, vocab: torch.Tensor) -> torch.Tensor:
-    """The target's LM head rows for `vocab` `[N, D]`, float: its embedding's rows when tied (a stored
-    LM head, `jev.model.weights`, keeps the embedding in float)."""
+    """The target's LM head rows for `vocab` `[N, D]`: its embedding's rows when tied, else the head's
+    product with the identity (its weights in whatever form `jev.model.weights` stored them)."""
     if target.config.tie_word_embeddings:
         return target.backbone.embed_tokens.weight[vocab]
-    if type(target.lm_head) is not nn.Linear:
-        raise ValueError("an EAGLE drafter reads the target's LM head rows: load the target before storing its weights")
-    return target.lm_head.weight[vocab]
+    with torch.no_grad():
+        identity = torch.eye(target.config.hidden_size, dtype=target.dtype, device=target.device)
+        return target.lm_head(identity).T[vocab]
 
 
 class EagleNet(nn.Module):
@@ -115,14 +116,17 @@ class EagleDrafter:
 
     @classmethod
     def load(cls, path: str | Path, target: Model) -> "EagleDrafter":
-        """A folder written by `save` (its matrices may be packed as Q8_0 by `jev pack`), in the target's dtype."""
+        """A folder written by `save` (its matrices may be packed as Q8_0 by `jev pack`), in the target's dtype,
+        its layer's products stored as the target's are (`jev.model.weights`): a draft step streams them."""
         path = Path(path)
         saved = json.loads((path / CONFIG_FILE).read_text())
         net = EagleNet(ModelConfig.from_dict(saved["config"]), torch.tensor(saved["vocab"]))
         missing, unexpected = net.load_state_dict(read_safetensors(path / WEIGHTS_FILE), strict=False)
         if unexpected or set(missing) - set(_TARGET_ROWS):
             raise ValueError(f"{path / WEIGHTS_FILE}: missing {missing}, unexpected {unexpected}")
-        return cls(net.to(target.device, target.dtype).attach(target), target)
+        net = net.to(target.device, target.dtype).attach(target)
+        store_weights(net.layer, target.weights)
+        return cls(net, target)
 
     def save(self, path: str | Path, provenance: dict[str, Any] | None = None) -> Path:
         """Write the folder: kind + provenance, the layer's config + vocabulary, and its own weights."""
