@@ -3,10 +3,12 @@
 import json
 
 import pytest
+import torch
 
 from jev import Decider
 from jev.generate.answer import AnswerTokens
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.drafters.eagle import EagleDrafter, EagleNet, eagle_config
 from jev.generate.loop import generate
 from jev.generate.scheduler import FixedLength, LoadAwareScheduler
 from jev.generate.texts import TextSettings
@@ -156,3 +158,43 @@ def test_a_saved_drafter_loads_with_the_decider_and_changes_nothing_greedy(decid
     drafted = loaded.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
     assert isinstance(loaded.policy, LoadAwareScheduler)
     assert [r.value for r in drafted] == [r.value for r in plain.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)]
+
+
+class ObservedEagle(EagleDrafter):
+    """Keeps the first `observe` of each generation: what the drafter starts drafting from."""
+
+    def __init__(self, net: EagleNet, target) -> None:
+        super().__init__(net, target)
+        self.first: list[tuple[list[list[int]], torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.fresh = False
+
+    def start(self, prompts, max_len):
+        super().start(prompts, max_len)
+        self.fresh, self.prompts = True, [list(prompt) for prompt in prompts]
+
+    def observe(self, states, followers, counts):
+        if self.fresh:
+            self.first.append((self.prompts, states.clone(), followers.clone(), counts.clone()))
+            self.fresh = False
+        super().observe(states, followers, counts)
+
+
+@torch.no_grad()
+def test_a_state_reading_drafter_starts_from_the_whole_input_and_changes_nothing(decider: Decider) -> None:
+    """The decision pass's input states join the answer prefix's: the drafter sees every cached position,
+    each state the model's own final state there."""
+    torch.manual_seed(4)
+    net = EagleNet(eagle_config(decider.model.config, 400), torch.arange(400)).attach(decider.model)
+    eagle = ObservedEagle(net.eval(), decider.model)
+    speculative = Decider(
+        decider.model, decider.tokenizer, decider.tasks, decider.decision_model, decider.manifest,
+        drafter=eagle, policy=FixedLength(), text_settings=TextSettings(draft_len=3),
+    )
+    drafted = speculative.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
+    assert [r.value for r in drafted] == [r.value for r in decider.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)]
+    prompts, states, followers, counts = eagle.first[0]  # the first text field's generation
+    assert counts.tolist() == [len(prompt) - 1 for prompt in prompts]
+    for row, prompt in enumerate(prompts):
+        assert followers[row, : counts[row]].tolist() == prompt[1:]
+        fresh = decider.model.hidden_states(torch.tensor([prompt[:-1]]))[0]
+        torch.testing.assert_close(states[row, : counts[row]], fresh, rtol=1e-4, atol=1e-4)

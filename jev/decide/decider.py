@@ -331,10 +331,17 @@ class Decider:
     ) -> dict[str, np.ndarray]:
         """Raw (uncalibrated) head probabilities per closed field `[B, n_values]`, from one forward pass
         (which also fills `cache`, when given, with the inputs and field tokens)."""
+        return self._decision_pass(task, token_ids, cache)[0]
+
+    def _decision_pass(
+        self, task: Task, token_ids: Sequence[Sequence[int]], cache: LatentCache | None
+    ) -> tuple[dict[str, np.ndarray], torch.Tensor | None]:
+        """`probabilities`, and with a cache the inputs' final hidden states (`DecisionOutputs.input_states`)."""
         with torch.inference_mode():
-            logits = self.decision_model(task.name, token_ids, cache=cache).logits
-            probs = self.decision_model.heads[task.name].probabilities(logits)
-        return {f.name: p.double().numpy() for f, p in zip(task.spec.closed_fields, probs, strict=True)}
+            outputs = self.decision_model(task.name, token_ids, cache=cache)
+            probs = self.decision_model.heads[task.name].probabilities(outputs.logits)
+        raw = {f.name: p.double().numpy() for f, p in zip(task.spec.closed_fields, probs, strict=True)}
+        return raw, outputs.input_states
 
     def calibrated(self, task: Task, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Apply the task's fitted calibrators; raw probabilities pass through for an uncalibrated task."""
@@ -352,14 +359,15 @@ class Decider:
         start = time.perf_counter()
         token_ids = [e.token_ids for e in batch]
         cache = self._decision_cache(task, token_ids) if task.spec.text_fields else None
-        probs = self.calibrated(task, self.probabilities(task, token_ids, cache))
+        raw, input_states = self._decision_pass(task, token_ids, cache)
+        probs = self.calibrated(task, raw)
         fields = task.spec.closed_fields
         tables = [
             {f.name: dict(zip(f.values, probs[f.name][row].tolist(), strict=True)) for f in fields}
             for row in range(len(batch))
         ]
         closed = [{f.name: kind_of(f).choose(table[f.name]) for f in fields} for table in tables]
-        texts = self._write_texts(task, token_ids, closed, cache) if cache is not None else None
+        texts = self._write_texts(task, token_ids, closed, cache, input_states) if cache is not None else None
         compute_ms = 1e3 * (time.perf_counter() - start)
         sets = self._conformal_sets(task, probs)
         info = self.model_info(task)
@@ -397,13 +405,18 @@ class Decider:
         return self.model.new_cache(len(token_ids), room)
 
     def _write_texts(
-        self, task: Task, token_ids: list[list[int]], closed: list[dict[str, Any]], cache: LatentCache
+        self,
+        task: Task,
+        token_ids: list[list[int]],
+        closed: list[dict[str, Any]],
+        cache: LatentCache,
+        input_states: torch.Tensor | None,
     ) -> WrittenTexts:
         drafter, policy = self._text_policy()
         with torch.inference_mode():
             return write_texts(
                 self.model, self.tokenizer, self.answer_tokens(task), token_ids, closed, cache,
-                self.text_settings, drafter, policy,
+                self.text_settings, drafter, policy, input_states,
             )
 
     def model_info(self, task: Task) -> dict[str, Any]:

@@ -27,11 +27,14 @@ from jev.ragged import pad_rows, pad_states
 
 class DecisionOutputs(NamedTuple):
     """Logits per closed field `[B, n_outputs]`; in training, the indexers' KL loss and (with
-    answers) the answer's language-modelling loss."""
+    answers) the answer's language-modelling loss; with a cache, the inputs' final hidden states
+    `[B, W, D]` (row b's first `len(token_ids[b])` columns), which a drafter reading the target's
+    states drafts the text fields from."""
 
     logits: list[torch.Tensor]
     indexer_loss: torch.Tensor | None = None
     answer_loss: torch.Tensor | None = None
+    input_states: torch.Tensor | None = None
 
 
 class DecisionModel(nn.Module):
@@ -90,7 +93,8 @@ class DecisionModel(nn.Module):
         logits = heads(hidden[rows, field_positions])
         indexer_loss = torch.stack(losses).mean() if losses else None
         if answers is None:
-            return DecisionOutputs(logits, indexer_loss)
+            input_states = hidden[:, : int(lengths.max())] if cache is not None else None
+            return DecisionOutputs(logits, indexer_loss, input_states=input_states)
         answer_loss = self.answer_loss(token_ids, answers, answer_frozen_layers, lower_states)
         return DecisionOutputs(logits, indexer_loss, answer_loss)
 

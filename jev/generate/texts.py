@@ -20,7 +20,7 @@ from jev.generate.drafters.protocol import Drafter
 from jev.generate.loop import TargetState, generate
 from jev.generate.scheduler import VerifyPolicy
 from jev.model import LatentCache, Model
-from jev.ragged import pad_rows
+from jev.ragged import concat_rows, pad_rows
 from jev.schema.answer import parse_text
 
 
@@ -70,8 +70,12 @@ def write_texts(
     settings: TextSettings,
     drafter: Drafter | None = None,
     policy: VerifyPolicy | None = None,
+    input_states: torch.Tensor | None = None,
 ) -> WrittenTexts:
-    """Write every text field of a batch whose decision pass filled `cache` (inputs + query tokens)."""
+    """Write every text field of a batch whose decision pass filled `cache` (inputs + query tokens).
+
+    `input_states [B, W, D]`, the decision pass's final states of the inputs, join the first field's
+    target states, so a drafter that reads them sees the whole input, not only the answer so far."""
     batch = len(token_ids)
     cache.truncate([len(ids) for ids in token_ids])
     prompts = [[*ids, *answer.text_prefix(values)] for ids, values in zip(token_ids, closed, strict=True)]
@@ -80,6 +84,9 @@ def write_texts(
     for i, spec in enumerate(answer.spec.text_fields):
         read = _feed(model, cache, prompts)
         written.forward_passes += 0 if read is None else 1
+        if i == 0 and input_states is not None:
+            given = (input_states, torch.tensor(list(map(len, token_ids))))
+            read = given if read is None else concat_rows(*given, *read)
         generation = generate(
             model, prompts, spec.max_tokens + 1, temperature=settings.temperature, top_p=settings.top_p,
             top_k=settings.top_k, seed=settings.seed, drafter=drafter, draft_len=settings.draft_len,
