@@ -27,7 +27,7 @@ realised acceptance). Reported:
   draws), so a batch's time follows its longest sample, and speed-ups compare different texts;
   greedy runs write the same text under every policy.
 
-The drafter folder may hold either kind (autoregressive or DSpark; `jev.generate.drafters.load_drafter`
+The drafter folder may hold any kind (autoregressive, DSpark or EAGLE; `jev.generate.drafters.load_drafter`
 reads which); `--lookup` drafts by n-gram lookup in each prompt and its text instead. Draft lengths
 past what a DSpark drafter was trained to draft in one pass are skipped.
 
