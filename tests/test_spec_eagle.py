@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_spec_dspark import NEW, PROMPTS, V
 from test_spec_statistical import Config, chi_square_p, peaked_model, target_joint
 
 from jev.cli import build_parser
@@ -23,16 +24,14 @@ from jev.tokenizer import save_tokenizer
 from jev.train.eagle import frequent_tokens
 from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
-V = 16
 VOCAB = torch.tensor([0, 1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 14])  # 4 of the 16 tokens q never drafts
-PROMPTS = [[(7 * i + 3 * j) % V for j in range(2 + (5 * i) % 11)] for i in range(16)]
-NEW = 16
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def target() -> Model:
+    """The DSpark tests' peaked 16-token target."""
     return peaked_model(2, seed=0).double()
 
 
