@@ -2,7 +2,7 @@
 
 As for DSpark, the frozen target reads each block the steps will use once, before the first step,
 and its final hidden states are kept (bfloat16 under autocast). The drafter's vocabulary is the
-`vocab_size` most frequent tokens of those blocks, and its layer starts as a copy of the target's
+`vocab_size` most frequent tokens of the training blocks, and its layer starts as a copy of the target's
 last layer. A step reads every position of its blocks at once: entry t (the target's state at t,
 token t + 1) predicts the state at t + 1, trained towards the target's next-token distribution p
 there by cross-entropy over the vocabulary, -sum_{v in vocab} p_v log q_v (the KL up to the mass
