@@ -4,8 +4,9 @@
 
 On `--rows` mail bodies cut to `--tokens` tokens it times: a training step through every layer
 (full fine-tuning, the issue's reference point), the recipe's one-off pass of each row to the
-query layer, and the recipe's training step on the cached states (the layers above only). From
-those per-row costs it projects a user's run of 5,000 such rows for 1-3 epochs.
+query layer, and the recipe's training step on the cached states (the layers above only), in the
+arithmetic `jev train decide` uses (`--precision auto`: bfloat16 autocast where the CPU has native
+bfloat16). From those per-row costs it projects a user's run of 5,000 such rows for 1-3 epochs.
 """
 
 import argparse
@@ -18,7 +19,7 @@ import torch
 from benchmarks.report import write_results
 from jev.data.examples import Example
 from jev.decide.decider import Decider
-from jev.model.precision import native_bfloat16
+from jev.model.precision import PRECISIONS, bfloat16_autocast, native_bfloat16, resolve_autocast
 from jev.train.decide import field_losses, with_lower_states
 from schemas.mail import TASK as MAIL
 
@@ -40,14 +41,16 @@ def rows_of(decider: Decider, path: Path, n: int, tokens: int) -> list[Example]:
     raise SystemExit(f"{path} has fewer than {n} rows of {tokens} tokens")
 
 
-def step_seconds(decider: Decider, batch: list[Example], cached: bool, repeats: int) -> float:
+def step_seconds(decider: Decider, batch: list[Example], cached: bool, repeats: int, autocast: bool) -> float:
     """Mean seconds of one forward + backward + optimizer-free step over `batch`."""
     network = decider.decision_model.train()
     lowers = [e.lower_states.float() for e in batch] if cached else None
 
     def step() -> None:
-        outputs = network("mail", [e.token_ids for e in batch], training=True, lower_states=lowers)
-        (field_losses(MAIL, outputs.logits, batch) + outputs.indexer_loss).backward()
+        with bfloat16_autocast(autocast):
+            outputs = network("mail", [e.token_ids for e in batch], training=True, lower_states=lowers)
+            loss = field_losses(MAIL, outputs.logits, batch) + outputs.indexer_loss
+        loss.backward()
         network.zero_grad(set_to_none=True)
 
     step()
@@ -65,20 +68,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=200, help="tokens per row (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per variant (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, default="auto",
+        help="arithmetic of the steps and the pass, as `jev train decide --precision` (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
+    autocast = resolve_autocast(args.precision)
     torch.set_num_threads(args.threads)
     decider = Decider.load(args.base, speculative=False, check_policies=False)
     layer = decider.decision_model.query_layer
     batch = rows_of(decider, args.data, args.rows, args.tokens)
     for parameter in decider.model.parameters():
         parameter.requires_grad_(True)
-    full = step_seconds(decider, batch, cached=False, repeats=args.repeats) / len(batch)
+    full = step_seconds(decider, batch, cached=False, repeats=args.repeats, autocast=autocast) / len(batch)
     started = time.perf_counter()
-    batch = with_lower_states(decider.decision_model, batch, len(batch), "rows to the query layer")
+    with bfloat16_autocast(autocast):
+        batch = with_lower_states(decider.decision_model, batch, len(batch), "rows to the query layer")
     lower = (time.perf_counter() - started) / len(batch)
-    upper = step_seconds(decider, batch, cached=True, repeats=args.repeats) / len(batch)
+    upper = step_seconds(decider, batch, cached=True, repeats=args.repeats, autocast=autocast) / len(batch)
     layers = decider.model.config.num_hidden_layers
-    lines = [f"{len(batch)} rows of {args.tokens} tokens, float32 (native bfloat16 on this CPU: {native_bfloat16()}), "
+    arithmetic = f"{'bfloat16 autocast' if autocast else 'float32'} (native bfloat16 on this CPU: {native_bfloat16()})"
+    lines = [f"{len(batch)} rows of {args.tokens} tokens, {arithmetic}, "
              f"query layer {layer} of {layers}.", "", "| per row | seconds |", "|---|---|",
              f"| full fine-tuning step (every layer) | {full:.3f} |",
              f"| recipe: pass to layer {layer}, once per row | {lower:.3f} |",
@@ -90,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     markdown = "\n".join(lines)
     print(markdown)
     write_results("train_cost", {"full_s_per_row": full, "lower_s_per_row": lower, "upper_s_per_row": upper,
-                                 "rows": len(batch), "tokens": args.tokens, "query_layer": layer}, markdown)
+                                 "rows": len(batch), "tokens": args.tokens, "query_layer": layer,
+                                 "autocast": autocast}, markdown)
     return 0
 
 
