@@ -468,7 +468,7 @@ def test_weights_and_precision_are_refused_for_the_autoregressive_kind(tmp_path:
         ["train", "drafter", "--target", str(tmp_path), "--corpus", str(tmp_path), "--out", str(tmp_path / "d"),
          "--weights", "fp16"]
     )
-    with pytest.raises(JevError, match="apply to --kind dspark and eagle only"):
+    with pytest.raises(JevError, match="--weights: not options of --kind autoregressive"):
         args.func(args)
 
 

@@ -20,6 +20,7 @@ from jev.generate.loop import TargetState, generate
 from jev.model import Model
 from jev.model.weights import store_weights
 from jev.ragged import concat_rows, pad_rows
+from jev.schema import JevError
 from jev.tokenizer import save_tokenizer
 from jev.train.eagle import frequent_tokens
 from tests.tiny import random_model, tiny_config, tiny_tokenizer
@@ -223,3 +224,18 @@ def test_drafter_command_distils_an_eagle_layer(tmp_path: Path) -> None:
     prompts = [tokenizer.encode(t).ids[:4] for t in TEXT]
     plain = generate(target, prompts, 8, temperature=0.0)
     assert generate(target, prompts, 8, temperature=0.0, drafter=eagle, draft_len=4).tokens == plain.tokens
+
+
+@pytest.mark.parametrize(
+    ("kind", "option", "refused"),
+    [("eagle", ["--hidden-size", "64", "--anchors", "4"], "--anchors, --hidden-size"),
+     ("autoregressive", ["--vocab-size", "100"], "--vocab-size"),
+     ("dspark", ["--feature-weight", "0.5"], "--feature-weight")],
+)
+def test_another_kinds_options_are_refused(tmp_path: Path, kind: str, option: list[str], refused: str) -> None:
+    args = build_parser().parse_args(
+        ["train", "drafter", "--kind", kind, "--target", str(tmp_path), "--corpus", str(tmp_path), "--out",
+         str(tmp_path / "d"), *option]
+    )
+    with pytest.raises(JevError, match=f"{refused}: not options of --kind {kind}"):
+        args.func(args)

@@ -5,6 +5,7 @@ Run `jev train lm` under `torchrun --nproc_per_node N` to train on N processes; 
 """
 
 import argparse
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -249,11 +250,23 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
         "--lr", type=float, default=None, help=f"peak learning rate (default: {defaults.lr}; eagle {eagle.lr})"
     )
     parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.set_defaults(func=_run_drafter)
+    defaults = {dest: parser.get_default(dest) for dest in set().union(*_KIND_OPTIONS.values())}
+    parser.set_defaults(func=functools.partial(_run_drafter, defaults=defaults))
 
-def _run_drafter(args: argparse.Namespace) -> int:
-    if args.kind == "autoregressive" and (args.weights, args.precision) != ("auto", "auto"):
-        raise JevError("--weights and --precision apply to --kind dspark and eagle only")
+
+# The options each drafter kind reads besides the shared ones; another kind's option is refused.
+_KIND_OPTIONS = {
+    "autoregressive": {"layers", "hidden_size"},
+    "dspark": {"layers", "hidden_size", "positions", "markov_rank", "no_markov", "anchors", "weights", "precision"},
+    "eagle": {"vocab_size", "feature_weight", "weights", "precision"},
+}
+
+def _run_drafter(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
+    given = {dest for dest, default in defaults.items() if getattr(args, dest) != default}
+    foreign = sorted(given - _KIND_OPTIONS[args.kind])
+    if foreign:
+        flags = ", ".join("--" + dest.replace("_", "-") for dest in foreign)
+        raise JevError(f"{flags}: not options of --kind {args.kind}")
     target_config = ModelConfig.load(args.target)
     if args.task:
         args.corpus = AnswerDocuments(args.task, args.corpus)
