@@ -22,7 +22,7 @@ from jev.model.weights import store_weights
 from jev.ragged import concat_rows, pad_rows
 from jev.schema import JevError
 from jev.tokenizer import save_tokenizer
-from jev.train.eagle import frequent_tokens
+from jev.train.eagle import eagle_loss, frequent_tokens
 from tests.tiny import random_model, tiny_config, tiny_tokenizer
 
 VOCAB = torch.tensor([0, 1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 14])  # 4 of the 16 tokens q never drafts
@@ -239,3 +239,23 @@ def test_another_kinds_options_are_refused(tmp_path: Path, kind: str, option: li
     )
     with pytest.raises(JevError, match=f"{refused}: not options of --kind {kind}"):
         args.func(args)
+
+
+@torch.no_grad()
+def test_the_loss_equals_an_explicit_loop_over_positions(target: Model) -> None:
+    """Both passes' cross-entropies, position by position with a cache-free layer over the entries before
+    each: the first reads the target's states, the second the first pass's predictions from position 1."""
+    net = random_net(target)
+    inputs = torch.tensor([[(5 * j + b) % V for j in range(9)] for b in range(3)])
+    hidden = target.hidden_states(inputs)
+    _, measured = eagle_loss(net, target.lm_head, target.backbone.embed_tokens, inputs, hidden, 1.0)
+    p = target.lm_head(hidden[:, 1:]).softmax(-1)[..., VOCAB]
+    features = hidden[:, :-1]
+    for name in ("first", "second"):
+        entries = net.inputs(features, target.embed(inputs[:, 1:]))
+        predicted = torch.stack(
+            [net.layer.hidden_states(inputs_embeds=entries[:, : t + 1])[:, t] for t in range(entries.shape[1])], dim=1
+        )
+        q_log = net.layer.lm_head(predicted).log_softmax(-1)
+        assert float(measured[f"{name}_ce"]) == pytest.approx(float(-(p * q_log).sum(-1).mean()), rel=1e-6)
+        features = torch.cat((hidden[:, :1], predicted[:, :-1]), dim=1)
