@@ -250,8 +250,8 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
         "--lr", type=float, default=None, help=f"peak learning rate (default: {defaults.lr}; eagle {eagle.lr})"
     )
     parser.add_argument("--seed", type=int, default=defaults.seed)
-    defaults = {dest: parser.get_default(dest) for dest in set().union(*_KIND_OPTIONS.values())}
-    parser.set_defaults(func=functools.partial(_run_drafter, defaults=defaults))
+    kind_defaults = {dest: parser.get_default(dest) for dest in set().union(*_KIND_OPTIONS.values())}
+    parser.set_defaults(func=functools.partial(_run_drafter, defaults=kind_defaults))
 
 
 # The options each drafter kind reads besides the shared ones; another kind's option is refused.
