@@ -16,7 +16,7 @@ import torch
 from tokenizers import Tokenizer
 
 from jev.generate.answer import AnswerTokens
-from jev.generate.drafters.protocol import Drafter
+from jev.generate.drafters.protocol import Drafter, ReadsTargetStates
 from jev.generate.loop import TargetState, generate
 from jev.generate.scheduler import VerifyPolicy
 from jev.model import LatentCache, Model
@@ -75,7 +75,7 @@ def write_texts(
     """Write every text field of a batch whose decision pass filled `cache` (inputs + query tokens).
 
     `input_states [B, W, D]`, the decision pass's final states of the inputs, join the first field's
-    target states, so a drafter that reads them sees the whole input, not only the answer so far."""
+    target states for a drafter that reads them, so it sees the whole input, not only the answer so far."""
     batch = len(token_ids)
     cache.truncate([len(ids) for ids in token_ids])
     prompts = [[*ids, *answer.text_prefix(values)] for ids, values in zip(token_ids, closed, strict=True)]
@@ -84,7 +84,7 @@ def write_texts(
     for i, spec in enumerate(answer.spec.text_fields):
         read = _feed(model, cache, prompts)
         written.forward_passes += 0 if read is None else 1
-        if i == 0 and input_states is not None:
+        if i == 0 and input_states is not None and isinstance(drafter, ReadsTargetStates):
             given = (input_states, torch.tensor(list(map(len, token_ids))))
             read = given if read is None else concat_rows(*given, *read)
         generation = generate(
