@@ -2,7 +2,9 @@
 
 The choice is made per call, from (in order) the innermost `use_backend(...)` block, the
 `JEV_KERNELS` environment variable (`torch`, `triton` or `auto`, read at call time so tests can
-flip it), and otherwise `auto`: Triton for CUDA tensors when triton is installed, torch elsewhere.
+flip it), and otherwise `auto`: Triton for bfloat16/float16 CUDA tensors when triton is installed,
+torch elsewhere. On an H200 the float32 kernels ran at 0.1-0.4x of the torch reference, the half
+precision ones at 0.5-9x (docs/benchmarks.md, "Triton kernels on a GPU"), so float32 stays on torch.
 
 Forcing `triton` on CPU tensors runs Triton's interpreter, which only works when
 `TRITON_INTERPRET=1` was set before the kernels were defined (triton decides at decoration time),
@@ -24,6 +26,8 @@ import torch
 BACKEND_ENV = "JEV_KERNELS"
 INTERPRET_ENV = "TRITON_INTERPRET"
 BACKENDS = ("auto", "torch", "triton")
+# Dtypes `auto` sends to Triton on CUDA: the kernels' tensor-core path.
+AUTO_TRITON_DTYPES = (torch.bfloat16, torch.float16)
 # The module every Triton kernel module imports just before defining its kernels.
 _LAUNCH_MODULE = "jev.kernels.triton_launch"
 
@@ -79,7 +83,7 @@ def use_triton(tensor: torch.Tensor) -> bool:
     if choice == "torch":
         return False
     if choice == "auto":
-        return tensor.is_cuda and triton_installed()
+        return tensor.is_cuda and tensor.dtype in AUTO_TRITON_DTYPES and triton_installed()
     if not triton_installed():
         raise KernelBackendError(
             f"{BACKEND_ENV}=triton but triton is not installed; install it or set {BACKEND_ENV}=torch"

@@ -2,7 +2,7 @@
 
 Every op here has one contract, written down in `jev.kernels.reference`. The model imports these
 names and nothing else, so the Triton kernels of the same contracts are dispatched here without
-the model changing. `jev.kernels.backend` picks per call: Triton for CUDA tensors, torch
+the model changing. `jev.kernels.backend` picks per call: Triton for half-precision CUDA tensors, torch
 elsewhere (the attention through torch's fused kernel, `fused_cpu`; the indexer as the reference),
 or whatever `JEV_KERNELS` / `backend.use_backend(...)` forces. The model reads only the attention's
 output, never its log-sum-exp. Top-k selection and the causal mask always run in torch

@@ -7,6 +7,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # read by triton when the kernel
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -34,6 +35,20 @@ def test_env_is_read_at_call_time(monkeypatch):
     assert backend.requested() == "torch" and not backend.use_triton(CPU)
     monkeypatch.setenv(backend.BACKEND_ENV, "Triton")
     assert backend.requested() == "triton"
+
+
+def test_auto_sends_only_half_precision_cuda_tensors_to_triton(monkeypatch):
+    monkeypatch.delenv(backend.BACKEND_ENV, raising=False)
+    monkeypatch.setattr(backend, "triton_installed", lambda: True)
+
+    def on_cuda(dtype: torch.dtype) -> SimpleNamespace:  # a CUDA tensor's two attributes the choice reads
+        return SimpleNamespace(is_cuda=True, dtype=dtype)
+
+    assert backend.use_triton(on_cuda(torch.bfloat16)) and backend.use_triton(on_cuda(torch.float16))
+    assert not backend.use_triton(on_cuda(torch.float32))
+    assert not backend.use_triton(CPU.bfloat16())
+    monkeypatch.setattr(backend, "triton_installed", lambda: False)
+    assert not backend.use_triton(on_cuda(torch.bfloat16))
 
 
 def test_use_backend_overrides_env_and_nests(monkeypatch):
