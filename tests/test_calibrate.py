@@ -40,10 +40,14 @@ def test_calibrate_command_stores_calibrators_that_every_decision_uses(model_dir
     assert main(["calibrate", "--model", str(model_dir), "--task", "mail", "--data", str(VALID)]) == 0
     assert "ECE" in capsys.readouterr().out
     after = Decider.load(model_dir).decide(MailDecision, {"body": "win a free cruise"})
-    assert after.model["calibrated"] is True and after.model["calibration"]["method"] == "temperature"
-    assert after.probs["kind"] != before.probs["kind"], "temperature scaling must move the probabilities"
-    assert after.value == before.value, "temperature scaling never changes the argmax"
+    assert after.model["calibrated"] is True and after.model["calibration"]["method"] == "vector"  # the default
+    assert after.probs["kind"] != before.probs["kind"], "calibration must move the probabilities"
     assert sum(after.probs["kind"].values()) == pytest.approx(1.0, abs=1e-6)
+    assert main(["calibrate", "--model", str(model_dir), "--task", "mail", "--data", str(VALID),
+                 "--method", "temperature"]) == 0
+    tempered = Decider.load(model_dir).decide(MailDecision, {"body": "win a free cruise"})
+    assert tempered.model["calibration"]["method"] == "temperature"
+    assert tempered.value == before.value, "temperature scaling never changes the argmax"
 
 
 @pytest.mark.slow

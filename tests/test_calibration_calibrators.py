@@ -244,15 +244,21 @@ def test_vector_scaling_without_biases_is_temperature_scaling() -> None:
     np.testing.assert_allclose(vector.predict_proba(probs), temperature.predict_proba(probs), atol=1e-7)
 
 
-def test_vector_scaling_keeps_biases_only_where_they_pay_held_out() -> None:
+def test_vector_scaling_biases_pay_held_out_and_cost_little_where_there_are_none() -> None:
     biased, y_biased, _ = _biased_data(3000, seed=6)
     assert VectorScaling().fit(biased, y_biased).penalty_ is not None
     held_out, y_held, _ = _biased_data(3000, seed=7)
     vector = VectorScaling().fit(biased, y_biased).predict_proba(held_out)
     temperature = TemperatureScaling().fit(biased, y_biased).predict_proba(held_out)
     assert nll(vector, y_held) < nll(temperature, y_held) - 0.02
+    # No bias in the world: whatever penalty cross-validation picks keeps the biases near zero.
     tempered, y_tempered = _tempered_data(1.5, n=3000, seed=8)
-    assert VectorScaling().fit(tempered, y_tempered).penalty_ is None
+    fitted = VectorScaling().fit(tempered, y_tempered)
+    assert fitted.penalty_ == fitted.penalties[int(np.argmin(fitted.cv_nll_))]
+    assert np.abs(fitted.bias_).max() < 0.1
+    held_out, y_held = _tempered_data(1.5, n=20_000, seed=108)
+    temperature = TemperatureScaling().fit(tempered, y_tempered).predict_proba(held_out)
+    assert nll(fitted.predict_proba(held_out), y_held) < nll(temperature, y_held) + 1e-3
 
 
 def test_vector_scaling_flattens_backwards_probabilities_to_the_prior() -> None:

@@ -79,7 +79,7 @@ def fit_calibration(
     task: Task,
     raw: dict[str, np.ndarray],
     labels: dict[str, np.ndarray],
-    method: str = "temperature",
+    method: str = "vector",
     target_precision: float | None = None,
 ) -> TaskCalibration:
     """Fit every closed field's calibrator and conformal sets on held-out probabilities and labels."""

@@ -37,7 +37,7 @@ def calibrate(
     model_dir: Path,
     task_name: str,
     data: Path,
-    method: str = "temperature",
+    method: str = "vector",
     target_precision: float | None = None,
     tasks: Sequence[Task] = (),
 ) -> TaskCalibration:

@@ -26,7 +26,7 @@ def _add_calibrate(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", type=Path, required=True, help="decider folder; its jev.json is updated")
     parser.add_argument("--task", required=True, help="the task's name in the model, e.g. mail")
     parser.add_argument("--data", type=Path, required=True, help="held-out JSONL rows (the calibration split)")
-    parser.add_argument("--method", choices=METHODS, default="temperature",
+    parser.add_argument("--method", choices=METHODS, default="vector",
                         help="calibrator: temperature and vector (temperature plus a bias per value) fit every "
                         "field; platt and isotonic fit binary and multi-label fields, the others then use "
                         "temperature (default: %(default)s)")
