@@ -8,7 +8,9 @@ Prompts are real held-out mail (`data/mail/test.jsonl`), in one of two forms:
   stops at the closing quote, as in a served decision.
 
 For each batch size, plain decoding, every fixed draft length and the load-aware scheduler
-generate up to `--new-tokens` per prompt. The scheduler first serves one batch of 32 other
+generate up to `--new-tokens` per prompt, over `ceil(--min-prompts / batch)` disjoint groups of
+`batch` prompts decoded one group after another, so that a small batch is not one mail's few
+tokens (a subject line is 5-15). The scheduler first serves one batch of 32 other
 held-out prompts, as a running service's scheduler has seen traffic (it learns round costs and
 realised acceptance). Reported:
 
@@ -22,9 +24,10 @@ realised acceptance). Reported:
   policies `--repeats` times, in order and then in reverse order (plain, k = 1, ..., load-aware,
   load-aware, ..., plain), and reports each policy's mean rate: a drift that is linear in time
   falls on every policy alike. The other columns are the first run's (a repeat writes the same text);
-- target passes: the passes the longest sequence of the batch needed. At T > 0 with a stop token
-  the policies sample different texts (each exactly from the model's distribution, not the same
-  draws), so a batch's time follows its longest sample, and speed-ups compare different texts;
+- target passes: the passes the longest sequence of each group needed, summed over the groups.
+  At T > 0 with a stop token the policies sample different texts (each exactly from the model's
+  distribution, not the same draws), so a group's time follows its longest sample, and speed-ups
+  compare different texts;
   greedy runs write the same text under every policy.
 
 The drafter folder may hold any kind (autoregressive, DSpark or EAGLE; `jev.generate.drafters.load_drafter`
@@ -36,6 +39,7 @@ past what a DSpark drafter was trained to draft in one pass are skipped.
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -47,7 +51,7 @@ from jev.command import add_weights_option
 from jev.decide.decider import Decider
 from jev.generate.drafters import Drafter, drafter_kind, load_drafter
 from jev.generate.drafters.lookup import LookupDrafter
-from jev.generate.loop import TargetState, generate
+from jev.generate.loop import GenerationStats, TargetState, generate
 from jev.generate.scheduler import LoadAwareScheduler, VerifyPolicy, VerifyProfile
 from jev.model import Model
 from jev.model.weights import store_weights
@@ -86,7 +90,7 @@ def subject_prompts(decider: Decider, path: Path, count: int) -> tuple[list[list
 
 def run(
     target: Model,
-    prompts: list[list[int]],
+    groups: list[list[list[int]]],
     new_tokens: int,
     temperature: float,
     drafter: Drafter | None,
@@ -94,31 +98,36 @@ def run(
     policy: VerifyPolicy | None,
     stop: frozenset[int] = frozenset(),
 ) -> dict[str, Any]:
-    # The prompts are read first and not timed: a subject line is a few tokens after a prompt of a
-    # hundred or more, and a run whose samples stop sooner would otherwise spread the same prefill
-    # over fewer tokens.
-    with torch.no_grad():
-        state = TargetState.prefill(target, prompts, max(map(len, prompts)) + new_tokens + draft_len + 1)
-    started = time.perf_counter()
-    out = generate(
-        target,
-        prompts,
-        new_tokens,
-        temperature=temperature,
-        seed=0,
-        drafter=drafter,
-        draft_len=draft_len,
-        policy=policy,
-        stop=stop,
-        state=state,
-    )
-    wall = time.perf_counter() - started
-    s = out.stats
-    emitted = sum(len(t) for t in out.tokens)
+    """Decode each group of prompts in turn; rates and counters over all groups together."""
+    wall, emitted, stats = 0.0, 0, []
+    for prompts in groups:
+        # The prompts are read first and not timed: a subject line is a few tokens after a prompt
+        # of a hundred or more, and a run whose samples stop sooner would otherwise spread the same
+        # prefill over fewer tokens.
+        with torch.no_grad():
+            state = TargetState.prefill(target, prompts, max(map(len, prompts)) + new_tokens + draft_len + 1)
+        started = time.perf_counter()
+        out = generate(
+            target,
+            prompts,
+            new_tokens,
+            temperature=temperature,
+            seed=0,
+            drafter=drafter,
+            draft_len=draft_len,
+            policy=policy,
+            stop=stop,
+            state=state,
+        )
+        wall += time.perf_counter() - started
+        emitted += sum(len(t) for t in out.tokens)
+        stats.append(out.stats)
+    s = summed(stats)
     rate = s.accepted / s.verified if s.verified else None
-    verify_pass = s.verify_seconds / max(s.target_passes - 1, 1)
+    verify_pass = s.verify_seconds / max(s.target_passes - len(groups), 1)
     result = {
         "tokens_per_second": emitted / wall,
+        "tokens": emitted,
         "tau_with_bonus": s.mean_accepted_length,
         "acceptance_rate": rate,
         "conditional_acceptance": s.conditional_acceptance,
@@ -132,6 +141,21 @@ def run(
     return result
 
 
+def summed(stats: list[GenerationStats]) -> GenerationStats:
+    """The counters of several `generate` calls as one call's (per-position counts added)."""
+    total = GenerationStats()
+    for s in stats:
+        for name in ("target_passes", "drafter_passes", "rounds", "drafted", "verified", "accepted", "bonus",
+                     "draft_seconds", "verify_seconds"):
+            setattr(total, name, getattr(total, name) + getattr(s, name))
+        width = max(len(total.verified_at), len(s.verified_at))
+        total.verified_at = [sum(c[j] if j < len(c) else 0 for c in (total.verified_at, s.verified_at))
+                             for j in range(width)]
+        total.accepted_at = [sum(c[j] if j < len(c) else 0 for c in (total.accepted_at, s.accepted_at))
+                             for j in range(width)]
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=Path, default=Path("models/default"))
@@ -143,6 +167,9 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument(
+        "--min-prompts", type=int, default=16, help="each batch size decodes ceil(this / batch) groups of prompts"
+    )
     parser.add_argument("--draft-lens", type=int, nargs="+", default=[1, 2, 3, 4, 5, 7])
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--prompts", choices=("body", "subject"), default="body")
@@ -151,15 +178,17 @@ def main() -> None:
     parser.add_argument("--name", default="speculative", help="the results file and docs section to write")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
+    groups_of = {batch: math.ceil(args.min_prompts / batch) for batch in args.batches}
+    needed = max(batch * groups_of[batch] for batch in args.batches)
 
     if args.prompts == "subject":
         decider = Decider.load(args.target, check_policies=False, speculative=False, weights=args.weights)
         target = decider.model
-        prompts, stop = subject_prompts(decider, args.data, max(args.batches) + WARM_UP)
+        prompts, stop = subject_prompts(decider, args.data, needed + WARM_UP)
     else:
         target = Model.from_pretrained(args.target).eval()
         store_weights(target, args.weights)
-        tokenizer, count = load_tokenizer(args.target), max(args.batches) + WARM_UP
+        tokenizer, count = load_tokenizer(args.target), needed + WARM_UP
         prompts = mail_prompts(args.data, tokenizer, target.config.bos_token_id, count, args.prompt_tokens)
         stop = frozenset()
     drafter_path = args.drafter or args.target / "drafter"
@@ -173,10 +202,10 @@ def main() -> None:
     profile = VerifyProfile.measure(target, rows, context=args.prompt_tokens, width=longest + 1)
     scheduler = LoadAwareScheduler(profile)
 
-    prompts, warm = prompts[: max(args.batches)], prompts[max(args.batches) :]
-    run(target, prompts[:1], 2, args.temperature, drafter, 1, None)  # warm-up: first-call allocations
+    prompts, warm = prompts[:needed], prompts[needed:]
+    run(target, [prompts[:1]], 2, args.temperature, drafter, 1, None)  # warm-up: first-call allocations
     # The scheduler learns acceptance and round costs as it runs; a service's has seen traffic.
-    run(target, warm, args.new_tokens, args.temperature, drafter, longest, scheduler, stop)
+    run(target, [warm], args.new_tokens, args.temperature, drafter, longest, scheduler, stop)
     kind = "lookup" if args.lookup else drafter_kind(drafter_path)
     settings = {**{k: str(v) for k, v in vars(args).items()}, "drafter_kind": kind}
     results: dict[str, Any] = {"settings": settings, "runs": {}}
@@ -184,14 +213,14 @@ def main() -> None:
     policies = {"plain": (None, 0, None), **{f"k={k}": (drafter, k, None) for k in args.draft_lens}}
     policies["load-aware"] = (drafter, longest, scheduler)
     for batch in args.batches:
-        batch_prompts = prompts[:batch]
+        groups = [prompts[g * batch : (g + 1) * batch] for g in range(groups_of[batch])]
         runs: dict[str, dict[str, Any]] = {}
         rates: dict[str, list[float]] = {name: [] for name in policies}
         order = list(policies)
         for repeat in range(args.repeats):
             for name in order if repeat % 2 == 0 else order[::-1]:
                 policy_drafter, k, policy = policies[name]
-                r = run(target, batch_prompts, args.new_tokens, args.temperature, policy_drafter, k, policy, stop)
+                r = run(target, groups, args.new_tokens, args.temperature, policy_drafter, k, policy, stop)
                 runs.setdefault(name, r)
                 rates[name].append(r["tokens_per_second"])
         for name, r in runs.items():
@@ -211,7 +240,8 @@ def main() -> None:
         f"Drafter: {settings['drafter_kind']}; target weights: {target.weights}. "
         "tau counts the bonus/correction token (plain decoding = 1.00). "
         f"Prompts: held-out mail ({args.prompts}), T={args.temperature}. "
-        f"tok/s: the mean of {args.repeats} runs per policy, in order and in reverse order.\n\n"
+        f"tok/s: the mean of {args.repeats} runs per policy, in order and in reverse order. "
+        f"Prompts per batch size: {', '.join(f'{b} x {groups_of[b]}' for b in args.batches)} (batch x groups).\n\n"
         "| batch | policy | tok/s | speedup | tau | tau iid | accept rate | conditional acceptance by position "
         "| c | verified/round | target passes |\n|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
     )
