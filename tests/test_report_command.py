@@ -68,7 +68,7 @@ def test_metrics_json_names_model_data_and_calibration(model_dir: Path, report_d
     data = VALID.read_bytes()
     assert report["data"]["sha256"] == hashlib.sha256(data).hexdigest()
     assert report["data"]["bytes"] == len(data) and report["data"]["rows"] == 24
-    assert report["calibration"]["method"] == "temperature"
+    assert report["calibration"]["method"] == "vector"  # fit_calibration's default
     assert report["calibration"]["data_sha256"] == hashlib.sha256(TRAIN.read_bytes()).hexdigest()
     assert list(report["fields"]) == list(FIELDS)
     assert report["baselines"] == [] and all(entry["baselines"] == [] for entry in report["fields"].values())
