@@ -181,7 +181,7 @@ class VectorScaling(BaseEstimator):
     (no biases) is a candidate, so a field whose biases do not pay held out stays
     temperature-scaled. (The most regularised penalty within a standard error of the best kept
     every field of the default model but `topic` at no biases, and the lowest NLL gave a lower test
-    NLL on four fields and the same on the fifth: docs/training.md.) The objective is convex in
+    NLL on four fields and the same on the fifth: docs/benchmarks.md.) The objective is convex in
     (1/T, b); Newton's method fits it.
     """
 
