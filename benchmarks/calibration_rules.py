@@ -11,25 +11,13 @@ computes them (the float32 model).
 import argparse
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks.report import write_results
 from jev.calibration.calibrators import PENALTIES, TemperatureScaling, VectorScaling
 from jev.calibration.metrics import ece, nll
-from jev.data.examples import read_examples
-from jev.decide.calibration import label_arrays
 from jev.decide.decider import Decider
-from jev.evaluate.calibrate import raw_probabilities
+from jev.evaluate.calibrate import held_out_probabilities
 
 TASKS = ("mail", "chat")
-
-
-def split(decider: Decider, task_name: str, path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Raw head probabilities and labels of one split, per closed field."""
-    task = decider.task_for(task_name)
-    examples, _ = read_examples(path, task, lambda t, d: decider.encode(t, d).token_ids)
-    labels = label_arrays(task.spec.closed_fields, [e.label for e in examples])
-    return raw_probabilities(decider, task, examples), labels
 
 
 def main() -> None:
@@ -41,9 +29,11 @@ def main() -> None:
     penalties = [p for p in PENALTIES if p is not None]
     results, rows = {}, []
     for task_name in TASKS:
-        (calib, y_calib), (test, y_test) = (split(decider, task_name, args.data / task_name / f"{name}.jsonl")
-                                            for name in ("calib", "test"))
-        for spec in decider.task_for(task_name).spec.closed_fields:
+        task = decider.task_for(task_name)
+        (calib, y_calib), (test, y_test) = (
+            held_out_probabilities(decider, task, args.data / task_name / f"{name}.jsonl") for name in ("calib", "test")
+        )
+        for spec in task.spec.closed_fields:
             field = spec.name
             scored = {"temperature": TemperatureScaling().fit(calib[field], y_calib[field])}
             for p in penalties:

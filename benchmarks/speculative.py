@@ -41,6 +41,8 @@ import argparse
 import json
 import math
 import time
+from dataclasses import fields
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -145,14 +147,12 @@ def summed(stats: list[GenerationStats]) -> GenerationStats:
     """The counters of several `generate` calls as one call's (per-position counts added)."""
     total = GenerationStats()
     for s in stats:
-        for name in ("target_passes", "drafter_passes", "rounds", "drafted", "verified", "accepted", "bonus",
-                     "draft_seconds", "verify_seconds"):
-            setattr(total, name, getattr(total, name) + getattr(s, name))
-        width = max(len(total.verified_at), len(s.verified_at))
-        total.verified_at = [sum(c[j] if j < len(c) else 0 for c in (total.verified_at, s.verified_at))
-                             for j in range(width)]
-        total.accepted_at = [sum(c[j] if j < len(c) else 0 for c in (total.accepted_at, s.accepted_at))
-                             for j in range(width)]
+        for name in (f.name for f in fields(GenerationStats)):
+            mine, theirs = getattr(total, name), getattr(s, name)
+            if isinstance(mine, list):
+                setattr(total, name, [a + b for a, b in zip_longest(mine, theirs, fillvalue=0)])
+            else:
+                setattr(total, name, mine + theirs)
     return total
 
 

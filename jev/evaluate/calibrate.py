@@ -33,6 +33,15 @@ def raw_probabilities(decider: Decider, task: Task, examples: list[Example]) -> 
     return {f.name: np.concatenate([p[f.name] for p in parts]) for f in task.spec.closed_fields}
 
 
+def held_out_probabilities(
+    decider: Decider, task: Task, data: Path
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Raw head probabilities and labels of every row of `data`, per closed field."""
+    examples, _ = read_examples(data, task, lambda t, d: decider.encode(t, d).token_ids)
+    labels = label_arrays(task.spec.closed_fields, [e.label for e in examples])
+    return raw_probabilities(decider, task, examples), labels
+
+
 def calibrate(
     model_dir: Path,
     task_name: str,
@@ -48,9 +57,7 @@ def calibrate(
     """
     decider = Decider.load(model_dir, tasks=tasks, check_policies=False)
     task = decider.task_for(task_name)
-    examples, _ = read_examples(data, task, lambda t, d: decider.encode(t, d).token_ids)
-    raw = raw_probabilities(decider, task, examples)
-    labels = label_arrays(task.spec.closed_fields, [e.label for e in examples])
+    raw, labels = held_out_probabilities(decider, task, data)
     calibration = fit_calibration(task, raw, labels, method, target_precision)
     calibration.data = file_identity(data)
     decider.manifest.calibrations[task.name] = calibration
