@@ -5,10 +5,14 @@ import math
 import torch
 
 from jev.model.config import yarn_mscale
-from jev.model.rope import RotaryEmbedding, rotate_half_split, rotate_interleaved, softmax_scale
+from jev.model.rope import RotaryEmbedding, rotate_by, rotate_half_split, rotation, softmax_scale
 from tests.tiny import YARN, tiny_config
 
 GEN = torch.Generator().manual_seed(0)
+
+
+def rotate_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return rotate_by(x, rotation(cos, sin)).to(x.dtype)
 
 
 def rotated(rotate, rope, vector, position):

@@ -15,6 +15,7 @@ masked to the selection.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +26,7 @@ from jev.model.cache import LatentCache
 from jev.model.config import ModelConfig
 from jev.model.indexer import Indexer
 from jev.model.norm import RMSNorm
-from jev.model.rope import rotate_interleaved, softmax_scale
+from jev.model.rope import rotate_by, rotation, softmax_scale
 
 # A prefill (no past tokens) up to this many keys runs its sparse attention as dense attention
 # masked to the indexer's selection: the same softmax over the same keys, but batched matmuls
@@ -57,6 +58,11 @@ class AttentionBatch:
     indexer_losses: list[torch.Tensor] | None = None
     branch_dtype: torch.dtype | None = None
 
+    @cached_property
+    def turn(self) -> torch.Tensor:
+        """The RoPE turn of `cos, sin` (`jev.model.rope.rotation`), made once for every layer."""
+        return rotation(self.cos, self.sin)
+
 
 class MLA(nn.Module):
     """One attention layer. `forward(x [B, T, D], batch) -> [B, T, D]`."""
@@ -83,10 +89,11 @@ class MLA(nn.Module):
         q_compressed = self.q_a_layernorm(self.q_a_proj(x))
         q = self.q_b_proj(q_compressed).view(size, length, self.n_heads, self.d_nope + self.d_rope)
         q_nope, q_rope = q.split([self.d_nope, self.d_rope], dim=-1)
-        # RoPE turns in float32; the turned parts return in their projection's dtype.
-        q_rope = rotate_interleaved(q_rope, batch.cos, batch.sin).to(q.dtype)
         latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.d_latent, self.d_rope], dim=-1)
-        k_rope = rotate_interleaved(k_rope, batch.cos, batch.sin).to(latent.dtype)
+        # The queries' and the shared key's RoPE parts turn together, in float32 (one call instead of
+        # two: a decode step is mostly small ops), and return in their projections' dtype.
+        turned = rotate_by(torch.cat((q_rope, k_rope.unsqueeze(2)), dim=2), batch.turn)
+        q_rope, k_rope = turned[:, :, : self.n_heads].to(q.dtype), turned[:, :, self.n_heads].to(latent.dtype)
         kv = torch.cat((self.kv_a_layernorm(latent), k_rope), dim=-1)
         selecting = batch.indexer_losses is None and self.index_topk < batch.n_keys
         # The indexer keys are read only by a selection, or by later passes over a cache that keeps them.

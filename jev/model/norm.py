@@ -14,9 +14,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight.dtype == torch.float32 and x.dtype in (torch.float32, torch.bfloat16):
-            # The same formula as below, as one fused op in float32 (a decode step normalises 121 times),
-            # returned in x's dtype: a bfloat16 branch stays bfloat16.
+        if self.weight.dtype == torch.float32 and x.dtype == torch.float32:
+            # The same formula as below, as one fused op (a decode step normalises 121 times).
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        if self.weight.dtype == torch.float32 and x.dtype == torch.bfloat16:
+            # In float32, returned in x's dtype: a bfloat16 branch stays bfloat16.
             return F.rms_norm(x.float(), self.weight.shape, self.weight, self.eps).to(x.dtype)
         dtype = x.dtype
         x = x.float()

@@ -80,16 +80,18 @@ class RotaryEmbedding(nn.Module):
         return cos.to(dtype), sin.to(dtype)
 
 
-def rotate_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate adjacent pairs of `x [B, T, ..., d]` by the angles of `cos/sin [B, T, d / 2]`.
+def rotation(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The turn `cos + i sin` `[B, T, d / 2]` (complex64) that `rotate_by` multiplies pairs by."""
+    return torch.complex(cos.to(torch.float32), sin.to(torch.float32))
+
+
+def rotate_by(x: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
+    """Rotate adjacent pairs of `x [B, T, ..., d]` by `turn [B, T, d / 2]` (`rotation`), in float32.
 
     Each pair is a complex number times `cos + i sin`: the same products as the real formula, in a
-    few ops instead of a dozen (a decode step rotates twice per layer). The result has the dtype
-    the real formula's products would (`x`'s promoted with the table's)."""
-    dtype = torch.promote_types(x.dtype, cos.dtype)
+    few ops instead of a dozen. A pass makes its turn once and every layer reuses it."""
     pairs = torch.view_as_complex(x.to(torch.float32).unflatten(-1, (-1, 2)).contiguous())
-    turn = _broadcast(torch.complex(cos.to(torch.float32), sin.to(torch.float32)), x)
-    return torch.view_as_real(pairs * turn).flatten(-2).to(dtype)
+    return torch.view_as_real(pairs * _broadcast(turn, x)).flatten(-2)
 
 
 def rotate_half_split(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
