@@ -28,7 +28,9 @@ realised acceptance). Reported:
   At T > 0 with a stop token the policies sample different texts (each exactly from the model's
   distribution, not the same draws), so a group's time follows its longest sample, and speed-ups
   compare different texts;
-  greedy runs write the same text under every policy.
+  greedy runs write the same text under every policy;
+- ms/round: the first run's wall time per target pass, that is, per round (drafting, the verify
+  pass and the accept rule): what a round costs, apart from the tokens it yields.
 
 The drafter folder may hold any kind (autoregressive, DSpark or EAGLE; `jev.generate.drafters.load_drafter`
 reads which); `--lookup` drafts by n-gram lookup in each prompt and its text instead. Draft lengths
@@ -126,7 +128,7 @@ def run(
         stats.append(out.stats)
     s = summed(stats)
     rate = s.accepted / s.verified if s.verified else None
-    verify_pass = s.verify_seconds / max(s.target_passes - len(groups), 1)
+    verify_pass = s.verify_seconds / max(s.target_passes, 1)  # the prompts were read before: no prefill pass
     result = {
         "tokens_per_second": emitted / wall,
         "tokens": emitted,
@@ -135,6 +137,7 @@ def run(
         "conditional_acceptance": s.conditional_acceptance,
         "target_passes": s.target_passes,
         "verified_per_round": s.verified / s.rounds if s.rounds else 0.0,
+        "ms_per_pass": 1e3 * wall / max(s.target_passes, 1),
     }
     if drafter is not None and s.drafter_passes:
         result["drafter_cost_c"] = (s.draft_seconds / s.drafter_passes) / verify_pass
@@ -234,7 +237,8 @@ def main() -> None:
             rows.append(
                 f"| {batch} | {name} | {r['tokens_per_second']:.1f} | {speedup:.2f} "
                 f"| {r['tau_with_bonus']:.2f} | {_fmt(r.get('tau_predicted_iid'))} | {_fmt(r.get('acceptance_rate'))} "
-                f"| {cond} | {_fmt(r.get('drafter_cost_c'))} | {r['verified_per_round']:.2f} | {r['target_passes']} |"
+                f"| {cond} | {_fmt(r.get('drafter_cost_c'))} | {r['verified_per_round']:.2f} | {r['target_passes']} "
+                f"| {r['ms_per_pass']:.1f} |"
             )
     markdown = (
         f"Drafter: {settings['drafter_kind']}; target weights: {target.weights}. "
@@ -243,7 +247,7 @@ def main() -> None:
         f"tok/s: the mean of {args.repeats} runs per policy, in order and in reverse order. "
         f"Prompts per batch size: {', '.join(f'{b} x {groups_of[b]}' for b in args.batches)} (batch x groups).\n\n"
         "| batch | policy | tok/s | speedup | tau | tau iid | accept rate | conditional acceptance by position "
-        "| c | verified/round | target passes |\n|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
+        "| c | verified/round | target passes | ms/round |\n" + "|---" * 12 + "|\n" + "\n".join(rows)
     )
     print(markdown)
     if not args.no_write:
