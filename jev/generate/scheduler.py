@@ -161,9 +161,8 @@ class LoadAwareScheduler:
     per kind went stale for the kind not chosen, and held the choice). Those measurements and the
     acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
     against how many the drafter's survival estimates predicted, over about the last ten verified
-    rounds (MEMORY); its estimates alone, their mean over about as many drafted rounds, until a
-    position has been verified MIN_OUTCOMES times) decide how deep the next round drafts, if at
-    all; the first round, with nothing measured, is
+    rounds (MEMORY); its estimates alone until a position has been verified MIN_OUTCOMES times)
+    decide how deep the next round drafts, if at all; the first round, with nothing measured, is
     optimistic, and now and then a plain run is broken by a one-token probe (PROBE_SHARE). All of
     it comes from past rounds, so no verify decision depends on the tokens it decides about.
     """
@@ -186,10 +185,6 @@ class LoadAwareScheduler:
         # Expected seconds of the plain rounds since the drafter last ran.
         self.plain_seconds = 0.0
         self.expected_survival: torch.Tensor | None = None
-        # Per draft position: the drafter's mean survival estimates, summed over drafted rounds with
-        # MEMORY's discount, and the discounted number of rounds (`_remember_survival`).
-        self.estimate_sum = torch.zeros(0, dtype=torch.float64)
-        self.estimate_weight = torch.zeros(0, dtype=torch.float64)
         # Per draft position j: how often it was verified, accepted, and the drafter's survival
         # estimates summed over those verifications (what it predicted would be accepted).
         self.verified_at = torch.zeros(0, dtype=torch.float64)
@@ -284,20 +279,12 @@ class LoadAwareScheduler:
         return (survival * factor).clamp(max=1.0)
 
     def _remember_survival(self, mean: torch.Tensor) -> None:
-        """Keep the drafter's survival estimates per position as their mean over about the last
-        1 / (1 - MEMORY) drafted rounds, each round weighing MEMORY as much per later one (as
-        `_forget` weighs outcomes): at one sequence a round's estimate is one draft's, and one low
-        estimate would otherwise hold drafting off until the next probe. A shallower round updates
-        only its own positions, so positions it did not draft keep their estimates rather than none."""
-        grow = len(mean) - len(self.estimate_sum)
-        if grow > 0:
-            zeros = torch.zeros(grow, dtype=torch.float64)
-            self.estimate_sum = torch.cat((self.estimate_sum, zeros))
-            self.estimate_weight = torch.cat((self.estimate_weight, zeros))
-        drafted = len(mean)
-        self.estimate_sum[:drafted] = self.MEMORY * self.estimate_sum[:drafted] + mean
-        self.estimate_weight[:drafted] = self.MEMORY * self.estimate_weight[:drafted] + 1
-        self.expected_survival = self.estimate_sum / self.estimate_weight
+        """Keep the drafter's mean survival estimates per position; a shallower round updates only its
+        own positions, so positions it did not draft keep their last estimates rather than none."""
+        if self.expected_survival is None or len(self.expected_survival) <= len(mean):
+            self.expected_survival = mean
+        else:
+            self.expected_survival = torch.cat((mean, self.expected_survival[len(mean) :]))
 
     def _expected_survival(self, depth: int) -> torch.Tensor:
         """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
