@@ -137,7 +137,7 @@ def run(
         "conditional_acceptance": s.conditional_acceptance,
         "target_passes": s.target_passes,
         "verified_per_round": s.verified / s.rounds if s.rounds else 0.0,
-        "ms_per_pass": 1e3 * wall / max(s.target_passes, 1),
+        "ms_per_round": 1e3 * wall / max(s.target_passes, 1),
     }
     if drafter is not None and s.drafter_passes:
         result["drafter_cost_c"] = (s.draft_seconds / s.drafter_passes) / verify_pass
@@ -238,7 +238,7 @@ def main() -> None:
                 f"| {batch} | {name} | {r['tokens_per_second']:.1f} | {speedup:.2f} "
                 f"| {r['tau_with_bonus']:.2f} | {_fmt(r.get('tau_predicted_iid'))} | {_fmt(r.get('acceptance_rate'))} "
                 f"| {cond} | {_fmt(r.get('drafter_cost_c'))} | {r['verified_per_round']:.2f} | {r['target_passes']} "
-                f"| {r['ms_per_pass']:.1f} |"
+                f"| {r['ms_per_round']:.1f} |"
             )
     markdown = (
         f"Drafter: {settings['drafter_kind']}; target weights: {target.weights}. "
