@@ -28,7 +28,7 @@ ANSWER_WEIGHT ?= 0.3
 DECIDE_LR ?= 5e-4
 
 .PHONY: test test-fast lint serve bench bench-generate default-model base-model base-model-long base-model-sparse base-model-longer \
-	backbone bench-convert clean-venv
+	backbone backbone-gpu bench-convert clean-venv
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -160,6 +160,23 @@ backbone: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) convert --init models/smollm2-mla --out runs/smollm2-mla-backbone2 --threads $(JOBS) --seed 1 \
 		--transfer-steps 0 --distill-steps 180 --indexer-steps 90 --sparse-steps 110 $(BACKBONE_CORPUS)
 	$(call committed_backbone,runs/smollm2-mla-backbone2)
+
+# The same backbone healed longer on a GPU (`jev convert --device cuda`): the rows of `backbone`, 16
+# (512 tokens) or 8 (1024) to a step, drawn from 32768 blocks, in three runs, the last on the second
+# packed: 155 transfer, 1319 distillation, 386 indexer and 610 sparse steps, into
+# models/smollm2-mla-gpu. About 10 minutes on an H200; what it buys is in docs/conversion.md.
+GPU ?= cuda
+GPU_HEAL = --device $(GPU) --batch-size 16 --dsa-batch-size 8 --max-blocks 32768 --save-every 200
+backbone-gpu: $(STAMP) $(DATA)/mail/test.jsonl
+	$(JEV) convert --out runs/smollm2-mla-gpu1 $(GPU_HEAL) --transfer-steps 155 --distill-steps 919 \
+		--indexer-steps 0 --sparse-steps 0 $(BACKBONE_CORPUS)
+	$(JEV) convert --init runs/smollm2-mla-gpu1 --out runs/smollm2-mla-gpu2 $(GPU_HEAL) --seed 1 --transfer-steps 0 --distill-steps 0 \
+		--indexer-steps 306 --sparse-steps 370 $(BACKBONE_CORPUS)
+	$(JEV) pack --model runs/smollm2-mla-gpu2
+	$(JEV) convert --init runs/smollm2-mla-gpu2 --out runs/smollm2-mla-gpu3 $(GPU_HEAL) --seed 2 --transfer-steps 0 --distill-steps 400 \
+		--indexer-steps 80 --sparse-steps 240 $(BACKBONE_CORPUS)
+	rm -rf models/smollm2-mla-gpu && cp -r runs/smollm2-mla-gpu3 models/smollm2-mla-gpu
+	$(JEV) pack --model models/smollm2-mla-gpu
 
 bench-convert: $(STAMP) $(DATA)/mail/test.jsonl
 	$(PY) -m benchmarks.convert --model $(CONVERTED) $(wildcard $(CONVERTED)-long $(CONVERTED)-sparse $(CONVERTED)-longer) --data $(DATA)

@@ -130,10 +130,11 @@ def test_convert_command_heals_resumes_and_writes_a_folder_transformers_loads(gg
     args = ["convert", "--source", str(gguf_file), "--out", str(out), "--corpus", str(corpus), "--corpus", str(other),
             "--kv-lora-rank", "24", "--qk-rope-head-dim", "8", "--rope-stride", "1", "--index-n-heads", "8",
             "--index-head-dim", "8", "--index-topk", "16", "--block-size", "64", "--dsa-block-size", "96",
-            "--calibration-blocks", "4",
+            "--calibration-blocks", "4", "--max-blocks", "64", "--device", "cpu",
             "--transfer-steps", "4", "--distill-steps", "3", "--indexer-steps", "3", "--batch-size", "2"]
     assert main(args) == 0
     provenance = json.loads((out / "convert.json").read_text())
+    assert provenance["device"] == "cpu" and provenance["max_blocks"] == 64
     history = provenance["history"]
     assert [len(history[s]) for s in ("transfer", "distill", "indexer")] == [4, 3, 3]
     assert provenance["corpus"] == [[str(corpus)], [str(other)]]

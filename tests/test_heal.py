@@ -46,6 +46,7 @@ def test_next_token_kl_is_zero_at_the_target_and_leaves_the_target_alone():
 
 def test_precision_names_resolve_and_a_wrong_one_is_refused():
     assert resolve_autocast("float32") is False and resolve_autocast("bfloat16") is True
+    assert resolve_autocast("auto", "cuda") is True and resolve_autocast("float32", "cuda:1") is False
     with pytest.raises(ValueError, match="auto, float32, bfloat16"):
         resolve_autocast("fp8")
 

@@ -51,6 +51,8 @@ def _add_convert(commands: argparse._SubParsersAction) -> None:
                         help="tokens per row of the indexer and sparse stages: the indexers learn positions "
                         "up to it only")
     parser.add_argument("--calibration-blocks", type=int, default=32, help="rows for the closed-form statistics")
+    parser.add_argument("--max-blocks", type=int, default=4096,
+                        help="distinct rows each row length draws from the corpus (more for a long run)")
     for stage in STAGES:
         parser.add_argument(f"--{stage}-steps", type=int, default=heal.steps(stage), help=f"{stage} stage steps")
         parser.add_argument(f"--{stage}-lr", type=float, default=heal.lr(stage), help=f"{stage} stage peak lr")
@@ -63,9 +65,11 @@ def _add_convert(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=heal.seed)
     parser.add_argument("--save-every", type=int, default=heal.save_every, help="steps between saved states")
     parser.add_argument("--precision", choices=PRECISIONS, default="auto",
-                        help="arithmetic of the healing steps: auto is bfloat16 autocast where the CPU has native "
-                        "bfloat16 (AVX-512 BF16, AMX), else float32")
+                        help="arithmetic of the healing steps: auto is bfloat16 autocast on a GPU and where the CPU "
+                        "has native bfloat16 (AVX-512 BF16, AMX), else float32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--device", default="cpu",
+                        help="where healing runs (cpu, cuda, cuda:N); the closed form is computed on the CPU")
     parser.set_defaults(func=_run_convert)
 
 
@@ -88,12 +92,14 @@ def _run_convert(args: argparse.Namespace) -> int:
             indexer_lr=args.indexer_lr, sparse_lr=args.sparse_lr,
             batch_size=args.batch_size, dsa_batch_size=args.dsa_batch_size,
             seed=args.seed, save_every=args.save_every, frozen=tuple(args.freeze),
-            autocast=resolve_autocast(args.precision),
+            autocast=resolve_autocast(args.precision, args.device),
         ),
         block_size=args.block_size,
         dsa_block_size=args.dsa_block_size,
         calibration_blocks=args.calibration_blocks,
+        max_blocks=args.max_blocks,
         init=args.init,
+        device=args.device,
     )
     out = run_conversion(settings, log=lambda line: print(line, flush=True))
     print(f"wrote a converted model to {out}")

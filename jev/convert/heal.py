@@ -15,8 +15,9 @@
 Stages 1 and 2 attend to every key (the indexers are not trained yet), stage 3 too (it learns the
 dense distribution), stage 4 only to the keys DSA selects. The state is saved to
 `state_dir` every `save_every` steps and at each stage's end, and a rerun continues from it.
-Steps run under bfloat16 autocast when `autocast` is set (`jev convert --precision auto` sets it where
-the CPU multiplies bfloat16 in hardware): a distillation step there took about half float32's time.
+Steps run under bfloat16 autocast when `autocast` is set (`jev convert --precision auto` sets it on a
+GPU and where the CPU multiplies bfloat16 in hardware): a distillation step there took about half
+float32's time.
 On a CPU without it, bfloat16 autocast made an MLA layer's backward several times slower.
 """
 
@@ -97,7 +98,7 @@ def transfer_step(model: Model, teacher: LlamaTeacher, ids: torch.Tensor) -> flo
     with torch.no_grad():
         _, traces = teacher(ids, trace=True)
     size, length = ids.shape
-    positions = torch.arange(length).expand(size, length)
+    positions = torch.arange(length, device=ids.device).expand(size, length)
     cos, sin = model.backbone.rotary(positions, torch.float32)
     batch = AttentionBatch(positions, cos, sin, length, None, True)
     total = 0.0
@@ -237,7 +238,7 @@ def _run_stage(
                 group["lr"] = lr_at(step, settings.lr(stage), settings.warmup, total)
             optimizer.zero_grad(set_to_none=True)
             with bfloat16_autocast(settings.autocast, model.device.type):
-                loss = STEPS[stage](model, teacher, blocks[order[step]])
+                loss = STEPS[stage](model, teacher, blocks[order[step]].to(model.device))
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             history[stage].append({"step": step + 1, "loss": round(loss, 5)})

@@ -52,6 +52,8 @@ class ConvertSettings:
     calibration_blocks: int = 32
     max_blocks: int = 4096
     init: Path | None = None
+    # Where healing runs: the closed form and the folder's weights are always computed on the CPU.
+    device: str = "cpu"
 
 
 class CorpusError(JevError):
@@ -112,8 +114,9 @@ def run_conversion(settings: ConvertSettings, log=print) -> Path:
         statistics = collect_statistics(teacher, blocks[: settings.calibration_blocks])
         model = convert(source, settings.ranks, statistics, seed=settings.heal.seed)
     rows = {stage: dsa_blocks if stage in DSA_STAGES else blocks[settings.calibration_blocks :] for stage in STAGES}
-    history = heal(model, teacher, rows, settings.heal, state_dir, log)
-    write_folder(model, source, settings, history, time.perf_counter() - began)
+    model.to(settings.device)
+    history = heal(model, teacher.to(settings.device), rows, settings.heal, state_dir, log)
+    write_folder(model.cpu(), source, settings, history, time.perf_counter() - began)
     shutil.rmtree(state_dir, ignore_errors=True)
     return settings.out
 
@@ -155,10 +158,12 @@ def write_folder(model: Model, source: LlamaSource, settings: ConvertSettings, h
         "block_size": settings.block_size,
         "dsa_block_size": settings.dsa_block_size,
         "calibration_blocks": settings.calibration_blocks,
+        "max_blocks": settings.max_blocks,
         "corpus": [describe_source(paths) for paths in settings.corpus],
         "history": history,
         "seconds": round(seconds),
         "threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name() if settings.device.startswith("cuda") else "cpu",
         "git_commit": git_commit(),
     }
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")

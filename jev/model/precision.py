@@ -22,11 +22,14 @@ def native_bfloat16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def resolve_autocast(precision: str) -> bool:
-    """`--precision` (`auto`, `float32`, `bfloat16`) as whether to run under bfloat16 autocast."""
+def resolve_autocast(precision: str, device: str = "cpu") -> bool:
+    """`--precision` (`auto`, `float32`, `bfloat16`) as whether to run under bfloat16 autocast on
+    `device`: `auto` is bfloat16 on a GPU, and on a CPU where `native_bfloat16` holds."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    return native_bfloat16() if precision == "auto" else precision == "bfloat16"
+    if precision == "auto":
+        return device.startswith("cuda") or native_bfloat16()
+    return precision == "bfloat16"
 
 
 def bfloat16_autocast(enabled: bool, device_type: str = "cpu") -> AbstractContextManager:
