@@ -170,11 +170,11 @@ GPU_HEAL = --device $(GPU) --batch-size 16 --dsa-batch-size 8 --max-blocks 32768
 backbone-gpu: $(STAMP) $(DATA)/mail/test.jsonl
 	$(JEV) convert --out runs/smollm2-mla-gpu1 $(GPU_HEAL) --transfer-steps 155 --distill-steps 919 \
 		--indexer-steps 0 --sparse-steps 0 $(BACKBONE_CORPUS)
-	$(JEV) convert --init runs/smollm2-mla-gpu1 --out runs/smollm2-mla-gpu2 $(GPU_HEAL) --seed 1 --transfer-steps 0 --distill-steps 0 \
-		--indexer-steps 306 --sparse-steps 370 $(BACKBONE_CORPUS)
+	$(JEV) convert --init runs/smollm2-mla-gpu1 --out runs/smollm2-mla-gpu2 $(GPU_HEAL) --seed 1 \
+		--transfer-steps 0 --distill-steps 0 --indexer-steps 306 --sparse-steps 370 $(BACKBONE_CORPUS)
 	$(JEV) pack --model runs/smollm2-mla-gpu2
-	$(JEV) convert --init runs/smollm2-mla-gpu2 --out runs/smollm2-mla-gpu3 $(GPU_HEAL) --seed 2 --transfer-steps 0 --distill-steps 400 \
-		--indexer-steps 80 --sparse-steps 240 $(BACKBONE_CORPUS)
+	$(JEV) convert --init runs/smollm2-mla-gpu2 --out runs/smollm2-mla-gpu3 $(GPU_HEAL) --seed 2 \
+		--transfer-steps 0 --distill-steps 400 --indexer-steps 80 --sparse-steps 240 $(BACKBONE_CORPUS)
 	rm -rf models/smollm2-mla-gpu && cp -r runs/smollm2-mla-gpu3 models/smollm2-mla-gpu
 	$(JEV) pack --model models/smollm2-mla-gpu
 

@@ -266,6 +266,17 @@ def test_a_corpus_shorter_than_a_dsa_row_is_a_clear_error(gguf_file, tmp_path, c
     assert not (tmp_path / "out").exists(), "nothing is written before the rows are known"
 
 
+@pytest.mark.parametrize("device", ["gpu", "meta", *([] if torch.cuda.is_available() else ["cuda"])])
+def test_a_device_this_machine_cannot_heal_on_is_a_clear_error(device, gguf_file, tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    args = ["convert", "--source", str(gguf_file), "--out", str(tmp_path / "out"), "--corpus", str(corpus),
+            "--device", device]
+    assert main(args) == 2
+    assert f"--device {device}" in capsys.readouterr().err.replace("'", "")
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_sparse_stage_distills_under_dsa_and_leaves_the_indexers(gguf_file, tmp_path, monkeypatch):
     from jev.convert import heal
     from jev.model.indexer import Indexer

@@ -11,6 +11,7 @@ from jev.convert.heal import STAGES, HealSettings
 from jev.convert.source import smollm2_gguf
 from jev.model.base import BASE_FILE
 from jev.model.precision import PRECISIONS, resolve_autocast
+from jev.schema import JevError
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -78,6 +79,7 @@ def _run_convert(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    _check_device(args.device)
     settings = ConvertSettings(
         source=args.source or smollm2_gguf(),
         out=args.out,
@@ -104,6 +106,18 @@ def _run_convert(args: argparse.Namespace) -> int:
     out = run_conversion(settings, log=lambda line: print(line, flush=True))
     print(f"wrote a converted model to {out}")
     return 0
+
+
+def _check_device(name: str) -> None:
+    """`--device` names a device torch knows and this machine has, before any work is done."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise JevError(f"--device {name!r}: {error}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise JevError(f"--device {name}: torch sees no CUDA device on this machine")
+    if device.type not in ("cpu", "cuda"):
+        raise JevError(f"--device {name}: healing runs on cpu or cuda")
 
 
 def _add_export(commands: argparse._SubParsersAction) -> None:

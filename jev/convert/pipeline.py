@@ -163,7 +163,7 @@ def write_folder(model: Model, source: LlamaSource, settings: ConvertSettings, h
         "history": history,
         "seconds": round(seconds),
         "threads": torch.get_num_threads(),
-        "device": torch.cuda.get_device_name() if settings.device.startswith("cuda") else "cpu",
+        "device": torch.cuda.get_device_name(settings.device) if settings.device.startswith("cuda") else "cpu",
         "git_commit": git_commit(),
     }
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
