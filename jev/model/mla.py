@@ -157,16 +157,20 @@ class MLA(nn.Module):
         latent, k_rope = kv[..., : self.d_latent], kv[..., self.d_latent :]
         up = F.linear(latent, self.kv_b_proj.weight.to(latent.dtype))
         k_nope, value = up.view(size, length, self.n_heads, -1).split([self.d_nope, self.d_v], -1)
-        key = torch.cat((k_nope, k_rope.unsqueeze(2).expand(-1, -1, self.n_heads, -1)), dim=-1)
-        query = torch.cat((q_nope, q_rope), dim=-1)
+        # Heads first, `[B, H, T, d]`: the concatenations write that layout directly.
+        query = torch.cat((q_nope.transpose(1, 2), q_rope.transpose(1, 2)), dim=-1)
+        key = torch.cat((k_nope.transpose(1, 2), k_rope.unsqueeze(1).expand(-1, self.n_heads, -1, -1)), dim=-1)
+        value = value.transpose(1, 2)
+        # Fresh sequences are right-padded from position 0, so plain causal attention is exact for
+        # every real query; padding queries' outputs are never read.
+        if visible is None and query.dtype == torch.bfloat16:
+            return causal_attention_bfloat16(query, key, value, self.scale).transpose(1, 2)
         # SDPA's fused CPU kernel needs values as wide as the keys; without it, it falls back to the
         # unfused path at about twice the time. The zero columns add nothing to the output.
         value = F.pad(value, (0, query.shape[-1] - self.d_v))
-        query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         if visible is None:
-            # Fresh sequences are right-padded from position 0, so plain causal attention is exact for
-            # every real query, and it lets SDPA use its fused kernel (faster forward and
-            # backward on CPU than with an explicit mask); padding queries' outputs are never read.
+            # Causal, SDPA takes its fused kernel (faster forward and backward on CPU than with an
+            # explicit mask).
             out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=self.scale)
         else:
             visible[..., 0] |= ~visible.any(-1)  # padding queries read key 0 rather than produce NaN
@@ -205,6 +209,40 @@ class MLA(nn.Module):
         real = batch.positions >= 0
         batch.indexer_losses.append((kl * real).sum() / real.sum().clamp(min=1))
         return torch.einsum("bhts,bshv->bthv", probs, value)
+
+
+# A chunk holds the scores of at most this many (query, key) pairs: a few megabytes, which stay in
+# the cores' caches; a batch of 32 mails' scores at once (about 40 MB) ran slower than SDPA's kernel.
+SCORES_PER_CHUNK = 700_000
+
+
+def causal_attention_bfloat16(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Causal attention of fresh sequences in bfloat16: `[B, H, T, d]` queries and keys, `[B, H, T, d_v]`
+    values -> `[B, H, T, d_v]`.
+
+    Why not SDPA: at a decision's few hundred tokens its fused CPU kernel runs these 96-wide bfloat16
+    heads (values padded to 96) slower than three batched products and a softmax
+    (`benchmarks/prefill_attention.py`). A bfloat16 product rounds its output, and an attention sink's
+    score reaches 80 in the shipped model, so the scores are taken relative to each row's largest:
+    a first product finds it, and the second subtracts it inside its float32 sums (one more column,
+    the negated peak against ones), so the scores that carry the softmax come out near zero, where
+    bfloat16 is fine. That keeps the error at SDPA's (float32 scores); rounding the plain scores
+    doubled it. Sequences go a few at a time (SCORES_PER_CHUNK).
+    """
+    size, heads, length, _ = query.shape
+    mask = torch.full((length, length), float("-inf"), dtype=query.dtype, device=query.device).triu(1)
+    per_chunk = max(1, SCORES_PER_CHUNK // (heads * length * length))
+    out = []
+    for start in range(0, size, per_chunk):
+        chunk = slice(start, start + per_chunk)
+        q, k = query[chunk], key[chunk]
+        peak = torch.matmul(q, k.transpose(-1, -2)).add_(mask).amax(-1, keepdim=True)
+        q, k = torch.cat((q, -peak), dim=-1), torch.cat((k, torch.ones_like(k[..., :1])), dim=-1)
+        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).add_(mask)
+        out.append(torch.matmul(torch.softmax(scores, dim=-1), value[chunk]))
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def _per_head(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

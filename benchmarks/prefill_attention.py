@@ -1,0 +1,143 @@
+"""What the attention of a fresh bfloat16 pass (a decision, a prompt) costs: SDPA's fused CPU kernel
+against Jev's explicit form (`jev.model.mla.causal_attention_bfloat16`), and how far each lands from
+float64 on the shipped model's own queries, keys and values.
+
+- Time: random bfloat16 heads of the model's shape (9 heads; queries and keys 96 wide, values 64,
+  padded to 96 for SDPA as Jev called it before), per sequence at batch 1 and 32, by length, the
+  two forms timed in turn over `--rounds` rounds (median), with the same thread count.
+- Error: every layer's inputs to the attention in the decision passes of the first `--mails` test
+  mails (recorded by wrapping the function), against float64 attention: mean and largest absolute
+  difference, per layer, summarised over the layers.
+
+    python -m benchmarks.prefill_attention --model models/default --data data/mail/test.jsonl
+"""
+
+import argparse
+import json
+import statistics
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.report import median_time, write_results
+from jev.decide.decider import Decider
+from jev.model import mla
+
+HEADS, QK, V = 9, 96, 64
+LENGTHS = (64, 128, 192, 256, 512)
+BATCHES = (1, 32)
+
+
+def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
+    """SDPA's fused kernel as Jev called it before: values padded to the keys' width."""
+    padded = F.pad(value, (0, query.shape[-1] - value.shape[-1]))
+    return F.scaled_dot_product_attention(query, key, padded, is_causal=True, scale=scale)[..., : value.shape[-1]]
+
+
+def float64_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
+    length = query.shape[2]
+    scores = query.double() @ key.double().transpose(-1, -2) * scale
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~causal, float("-inf")), -1) @ value.double()
+
+
+def timings(rounds: int, repeats: int) -> list[dict]:
+    """Milliseconds per sequence of each form, by batch and length."""
+    rows = []
+    for batch in BATCHES:
+        for length in LENGTHS:
+            query, key = (torch.randn(batch, HEADS, length, QK).bfloat16() for _ in range(2))
+            value = torch.randn(batch, HEADS, length, V).bfloat16()
+            calls = {
+                name: partial(form, query, key, value, QK**-0.5)
+                for name, form in (("sdpa", sdpa), ("explicit", mla.causal_attention_bfloat16))
+            }
+            times: dict[str, list[float]] = {name: [] for name in calls}
+            for _ in range(rounds):
+                for name, call in calls.items():
+                    times[name].append(1e3 * median_time(call, repeats) / batch)
+            medians = {f"{name}_ms": statistics.median(t) for name, t in times.items()}
+            rows.append({"batch": batch, "length": length, **medians})
+    return rows
+
+
+def recorded_inputs(model: Path, data: Path, mails: int) -> list[tuple[torch.Tensor, ...]]:
+    """Each layer's (queries, keys, values, scale) in the decision passes of the first `mails` test mails."""
+    decider = Decider.load(model, speculative=False, weights="bf16")
+    task = decider.tasks["mail"]
+    rows = [json.loads(line)["input"] for line in data.open()][:mails]
+    recorded = []
+    form = mla.causal_attention_bfloat16
+
+    def recording(query, key, value, scale):
+        recorded.append((query.clone(), key.clone(), value.clone(), scale))
+        return form(query, key, value, scale)
+
+    mla.causal_attention_bfloat16 = recording
+    try:
+        for row in rows:
+            decider.probabilities(task, [decider.encode(task, row).token_ids])
+    finally:
+        mla.causal_attention_bfloat16 = form
+    return recorded
+
+
+def errors(recorded: list[tuple[torch.Tensor, ...]]) -> dict[str, dict[str, float]]:
+    """Per form: the mean over layers of the mean absolute error, and the largest absolute error."""
+    out = {}
+    for name, form in (("sdpa", sdpa), ("explicit", mla.causal_attention_bfloat16)):
+        means, largest = [], 0.0
+        for query, key, value, scale in recorded:
+            difference = (form(query, key, value, scale).double() - float64_attention(query, key, value, scale)).abs()
+            means.append(float(difference.mean()))
+            largest = max(largest, float(difference.max()))
+        out[name] = {"mean_abs_error": statistics.mean(means), "max_abs_error": largest}
+    return out
+
+
+def render(rows: list[dict], error: dict[str, dict[str, float]], mails: int) -> str:
+    lines = [
+        "Milliseconds per sequence, 9 heads of 96 (values 64), bfloat16, causal; the last column is the "
+        "explicit form's time over SDPA's.",
+        "",
+        "| batch | tokens | SDPA fused (values padded) | explicit | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        sdpa_ms, explicit_ms = row["sdpa_ms"], row["explicit_ms"]
+        cells = f"{sdpa_ms:.3f} | {explicit_ms:.3f} | {explicit_ms / sdpa_ms:.2f}x"
+        lines.append(f"| {row['batch']} | {row['length']} | {cells} |")
+    lines += [
+        "",
+        f"Error against float64 attention on the model's own inputs (every layer, decision passes of {mails} "
+        "test mails):",
+        "",
+        "| form | mean absolute error (mean over layers) | largest absolute error |",
+        "|---|---|---|",
+    ]
+    for name, label in (("sdpa", "SDPA fused"), ("explicit", "explicit")):
+        lines.append(f"| {label} | {error[name]['mean_abs_error']:.2e} | {error[name]['max_abs_error']:.2e} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=Path("models/default"))
+    parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"))
+    parser.add_argument("--mails", type=int, default=8, help="test mails whose attention inputs are recorded")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per form and round")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
+    args = parser.parse_args()
+    rows = timings(args.rounds, args.repeats)
+    error = errors(recorded_inputs(args.model, args.data, args.mails))
+    markdown = render(rows, error, args.mails)
+    print(markdown)
+    if not args.no_write:
+        write_results("prefill_attention", {"timings": rows, "errors": error}, markdown)
+
+
+if __name__ == "__main__":
+    main()
