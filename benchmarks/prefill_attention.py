@@ -1,10 +1,14 @@
 """What the attention of a fresh bfloat16 pass (a decision, a prompt) costs: SDPA's fused CPU kernel
 against Jev's explicit form (`jev.model.mla.causal_attention_bfloat16`), and how far each lands from
-float64 on the shipped model's own queries, keys and values.
+float64 on the shipped model's own queries, keys and values. The explicit form without its shift of
+the scores by each row's peak is timed and measured beside them: what the shift costs and buys.
 
 - Time: random bfloat16 heads of the model's shape (9 heads; queries and keys 96 wide, values 64,
   padded to 96 for SDPA as Jev called it before), per sequence at batch 1 and 32, by length, the
-  two forms timed in turn over `--rounds` rounds (median), with the same thread count.
+  forms timed in turn over `--rounds` rounds (median), with the same thread count.
+- The decision pass: `Decider.probabilities` of the median test mail (`benchmarks.decision_cost`) on
+  `mixed` weights, at batch 1 and per row at batch 32, with the attention as shipped and with SDPA's
+  kernel put in its place, timed in turn over the rounds.
 - Error: every layer's inputs to the attention in the decision passes of the first `--mails` test
   mails (recorded by wrapping the function), against float64 attention: mean and largest absolute
   difference, per layer, summarised over the layers.
@@ -21,11 +25,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from benchmarks.decision_cost import median_mail
 from benchmarks.report import median_time, write_results
 from jev.decide.decider import Decider
 from jev.model import mla
 
 HEADS, QK, V = 9, 96, 64
+Figures = dict[str, dict[str, float]]  # per form (and batch): one measure each
 LENGTHS = (64, 128, 192, 256, 512)
 BATCHES = (1, 32)
 
@@ -34,6 +40,23 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: flo
     """SDPA's fused kernel as Jev called it before: values padded to the keys' width."""
     padded = F.pad(value, (0, query.shape[-1] - value.shape[-1]))
     return F.scaled_dot_product_attention(query, key, padded, is_causal=True, scale=scale)[..., : value.shape[-1]]
+
+
+def unshifted(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
+    """The explicit form with the scores rounded to bfloat16 as they are, in the same chunks."""
+    size, heads, length, _ = query.shape
+    mask = torch.full((length, length), float("-inf"), dtype=query.dtype).triu(1)
+    per_chunk = max(1, mla.SCORES_PER_CHUNK // (heads * length * length))
+    out = []
+    for start in range(0, size, per_chunk):
+        chunk = slice(start, start + per_chunk)
+        scores = torch.matmul(query[chunk], key[chunk].transpose(-1, -2)).mul_(scale).add_(mask)
+        out.append(torch.matmul(torch.softmax(scores, dim=-1), value[chunk]))
+    return torch.cat(out)
+
+
+FORMS = {"sdpa": sdpa, "explicit": mla.causal_attention_bfloat16, "unshifted": unshifted}
+LABELS = {"sdpa": "SDPA fused (values padded)", "explicit": "explicit", "unshifted": "explicit, scores unshifted"}
 
 
 def float64_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
@@ -50,10 +73,7 @@ def timings(rounds: int, repeats: int) -> list[dict]:
         for length in LENGTHS:
             query, key = (torch.randn(batch, HEADS, length, QK).bfloat16() for _ in range(2))
             value = torch.randn(batch, HEADS, length, V).bfloat16()
-            calls = {
-                name: partial(form, query, key, value, QK**-0.5)
-                for name, form in (("sdpa", sdpa), ("explicit", mla.causal_attention_bfloat16))
-            }
+            calls = {name: partial(form, query, key, value, QK**-0.5) for name, form in FORMS.items()}
             times: dict[str, list[float]] = {name: [] for name in calls}
             for _ in range(rounds):
                 for name, call in calls.items():
@@ -61,6 +81,28 @@ def timings(rounds: int, repeats: int) -> list[dict]:
             medians = {f"{name}_ms": statistics.median(t) for name, t in times.items()}
             rows.append({"batch": batch, "length": length, **medians})
     return rows
+
+
+def decision_times(model: Path, data: Path, rounds: int, repeats: int) -> Figures:
+    """Milliseconds per decision of the median test mail with each form of the attention, by batch."""
+    decider = Decider.load(model, speculative=False, weights="mixed")
+    task = decider.tasks["mail"]
+    ids = decider.encode(task, median_mail(data, decider)).token_ids
+    shipped = mla.causal_attention_bfloat16
+    times: dict[str, dict[int, list[float]]] = {name: {1: [], 32: []} for name in ("sdpa", "explicit")}
+    try:
+        for _ in range(rounds):
+            for name, form in (("sdpa", sdpa), ("explicit", shipped)):
+                mla.causal_attention_bfloat16 = form
+                for batch, calls in ((1, repeats), (32, 1)):
+                    seconds = median_time(partial(decider.probabilities, task, [ids] * batch), calls)
+                    times[name][batch].append(1e3 * seconds / batch)
+    finally:
+        mla.causal_attention_bfloat16 = shipped
+    return {
+        name: {f"batch_{batch}_ms": statistics.median(t) for batch, t in by_batch.items()}
+        for name, by_batch in times.items()
+    }
 
 
 def recorded_inputs(model: Path, data: Path, mails: int) -> list[tuple[torch.Tensor, ...]]:
@@ -84,10 +126,19 @@ def recorded_inputs(model: Path, data: Path, mails: int) -> list[tuple[torch.Ten
     return recorded
 
 
-def errors(recorded: list[tuple[torch.Tensor, ...]]) -> dict[str, dict[str, float]]:
+def largest_score(recorded: list[tuple[torch.Tensor, ...]]) -> float:
+    """The largest absolute scaled score a query gives a visible key in the recorded inputs."""
+    largest = 0.0
+    for query, key, _, scale in recorded:
+        scores = query.double() @ key.double().transpose(-1, -2) * scale
+        largest = max(largest, float(scores.tril().abs().max()))
+    return largest
+
+
+def errors(recorded: list[tuple[torch.Tensor, ...]]) -> Figures:
     """Per form: the mean over layers of the mean absolute error, and the largest absolute error."""
     out = {}
-    for name, form in (("sdpa", sdpa), ("explicit", mla.causal_attention_bfloat16)):
+    for name, form in FORMS.items():
         means, largest = [], 0.0
         for query, key, value, scale in recorded:
             difference = (form(query, key, value, scale).double() - float64_attention(query, key, value, scale)).abs()
@@ -97,27 +148,39 @@ def errors(recorded: list[tuple[torch.Tensor, ...]]) -> dict[str, dict[str, floa
     return out
 
 
-def render(rows: list[dict], error: dict[str, dict[str, float]], mails: int) -> str:
+def render(rows: list[dict], decisions: Figures, error: Figures, mails: int, score: float) -> str:
     lines = [
-        "Milliseconds per sequence, 9 heads of 96 (values 64), bfloat16, causal; the last column is the "
+        "Milliseconds per sequence, 9 heads of 96 (values 64), bfloat16, causal; the ratio is the "
         "explicit form's time over SDPA's.",
         "",
-        "| batch | tokens | SDPA fused (values padded) | explicit | ratio |",
-        "|---|---|---|---|---|",
+        f"| batch | tokens | {' | '.join(LABELS.values())} | ratio |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
-        sdpa_ms, explicit_ms = row["sdpa_ms"], row["explicit_ms"]
-        cells = f"{sdpa_ms:.3f} | {explicit_ms:.3f} | {explicit_ms / sdpa_ms:.2f}x"
-        lines.append(f"| {row['batch']} | {row['length']} | {cells} |")
+        cells = " | ".join(f"{row[f'{name}_ms']:.3f}" for name in FORMS)
+        lines.append(f"| {row['batch']} | {row['length']} | {cells} | {row['explicit_ms'] / row['sdpa_ms']:.2f}x |")
+    sdpa_row, explicit_row = decisions["sdpa"], decisions["explicit"]
+    cells = [
+        f"{explicit_row[key]:.1f} ({explicit_row[key] / sdpa_row[key]:.2f}x)" for key in ("batch_1_ms", "batch_32_ms")
+    ]
+    lines += [
+        "",
+        "The decision pass of the median test mail (`mixed` weights), milliseconds per row:",
+        "",
+        "| attention | batch 1 | per row at batch 32 |",
+        "|---|---|---|",
+        f"| SDPA fused (values padded) | {sdpa_row['batch_1_ms']:.1f} | {sdpa_row['batch_32_ms']:.1f} |",
+        f"| explicit (shipped) | {cells[0]} | {cells[1]} |",
+    ]
     lines += [
         "",
         f"Error against float64 attention on the model's own inputs (every layer, decision passes of {mails} "
-        "test mails):",
+        f"test mails, whose largest scaled score is {score:.1f}):",
         "",
         "| form | mean absolute error (mean over layers) | largest absolute error |",
         "|---|---|---|",
     ]
-    for name, label in (("sdpa", "SDPA fused"), ("explicit", "explicit")):
+    for name, label in LABELS.items():
         lines.append(f"| {label} | {error[name]['mean_abs_error']:.2e} | {error[name]['max_abs_error']:.2e} |")
     return "\n".join(lines)
 
@@ -125,18 +188,21 @@ def render(rows: list[dict], error: dict[str, dict[str, float]], mails: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=Path("models/default"))
-    parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"))
+    parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"), help="the mail test split")
     parser.add_argument("--mails", type=int, default=8, help="test mails whose attention inputs are recorded")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per form and round")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
     rows = timings(args.rounds, args.repeats)
-    error = errors(recorded_inputs(args.model, args.data, args.mails))
-    markdown = render(rows, error, args.mails)
+    decisions = decision_times(args.model, args.data, args.rounds, args.repeats)
+    recorded = recorded_inputs(args.model, args.data, args.mails)
+    error, score = errors(recorded), largest_score(recorded)
+    markdown = render(rows, decisions, error, args.mails, score)
     print(markdown)
     if not args.no_write:
-        write_results("prefill_attention", {"timings": rows, "errors": error}, markdown)
+        results = {"timings": rows, "decisions": decisions, "errors": error, "largest_score": score}
+        write_results("prefill_attention", results, markdown)
 
 
 if __name__ == "__main__":
