@@ -2,13 +2,11 @@
 against Jev's explicit form (`jev.model.mla.causal_attention_bfloat16`), and how far each lands from
 float64 on the shipped model's own queries, keys and values. The explicit form without its shift of
 the scores by each row's peak is timed and measured beside them: what the shift costs and buys.
+What the form buys a whole decision is in `benchmarks/decision_pass.py`.
 
 - Time: random bfloat16 heads of the model's shape (9 heads; queries and keys 96 wide, values 64,
   padded to 96 for SDPA as Jev called it before), per sequence at batch 1 and 32, by length, the
   forms timed in turn over `--rounds` rounds (median), with the same thread count.
-- The decision pass: `Decider.probabilities` of the median test mail (`benchmarks.decision_cost`) on
-  `mixed` weights, at batch 1 and per row at batch 32, with the attention as shipped and with SDPA's
-  kernel put in its place, timed in turn over the rounds.
 - Error: every layer's inputs to the attention in the decision passes of the first `--mails` test
   mails (recorded by wrapping the function), against float64 attention: mean and largest absolute
   difference, per layer, summarised over the layers.
@@ -25,13 +23,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.decision_cost import median_mail
 from benchmarks.report import median_time, write_results
 from jev.decide.decider import Decider
 from jev.model import mla
 
 HEADS, QK, V = 9, 96, 64
-Figures = dict[str, dict[str, float]]  # per form (and batch): one measure each
+Figures = dict[str, dict[str, float]]  # per form: its measures
 LENGTHS = (64, 128, 192, 256, 512)
 BATCHES = (1, 32)
 
@@ -83,28 +80,6 @@ def timings(rounds: int, repeats: int) -> list[dict]:
     return rows
 
 
-def decision_times(model: Path, data: Path, rounds: int, repeats: int) -> Figures:
-    """Milliseconds per decision of the median test mail with each form of the attention, by batch."""
-    decider = Decider.load(model, speculative=False, weights="mixed")
-    task = decider.tasks["mail"]
-    ids = decider.encode(task, median_mail(data, decider)).token_ids
-    shipped = mla.causal_attention_bfloat16
-    times: dict[str, dict[int, list[float]]] = {name: {1: [], 32: []} for name in ("sdpa", "explicit")}
-    try:
-        for _ in range(rounds):
-            for name, form in (("sdpa", sdpa), ("explicit", shipped)):
-                mla.causal_attention_bfloat16 = form
-                for batch, calls in ((1, repeats), (32, 1)):
-                    seconds = median_time(partial(decider.probabilities, task, [ids] * batch), calls)
-                    times[name][batch].append(1e3 * seconds / batch)
-    finally:
-        mla.causal_attention_bfloat16 = shipped
-    return {
-        name: {f"batch_{batch}_ms": statistics.median(t) for batch, t in by_batch.items()}
-        for name, by_batch in times.items()
-    }
-
-
 def recorded_inputs(model: Path, data: Path, mails: int) -> list[tuple[torch.Tensor, ...]]:
     """Each layer's (queries, keys, values, scale) in the decision passes of the first `mails` test mails."""
     decider = Decider.load(model, speculative=False, weights="bf16")
@@ -148,7 +123,7 @@ def errors(recorded: list[tuple[torch.Tensor, ...]]) -> Figures:
     return out
 
 
-def render(rows: list[dict], decisions: Figures, error: Figures, mails: int, score: float) -> str:
+def render(rows: list[dict], error: Figures, mails: int, score: float) -> str:
     lines = [
         "Milliseconds per sequence, 9 heads of 96 (values 64), bfloat16, causal; the ratio is the "
         "explicit form's time over SDPA's.",
@@ -159,19 +134,6 @@ def render(rows: list[dict], decisions: Figures, error: Figures, mails: int, sco
     for row in rows:
         cells = " | ".join(f"{row[f'{name}_ms']:.3f}" for name in FORMS)
         lines.append(f"| {row['batch']} | {row['length']} | {cells} | {row['explicit_ms'] / row['sdpa_ms']:.2f}x |")
-    sdpa_row, explicit_row = decisions["sdpa"], decisions["explicit"]
-    cells = [
-        f"{explicit_row[key]:.1f} ({explicit_row[key] / sdpa_row[key]:.2f}x)" for key in ("batch_1_ms", "batch_32_ms")
-    ]
-    lines += [
-        "",
-        "The decision pass of the median test mail (`mixed` weights), milliseconds per row:",
-        "",
-        "| attention | batch 1 | per row at batch 32 |",
-        "|---|---|---|",
-        f"| SDPA fused (values padded) | {sdpa_row['batch_1_ms']:.1f} | {sdpa_row['batch_32_ms']:.1f} |",
-        f"| explicit (shipped) | {cells[0]} | {cells[1]} |",
-    ]
     lines += [
         "",
         f"Error against float64 attention on the model's own inputs (every layer, decision passes of {mails} "
@@ -195,13 +157,12 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
     rows = timings(args.rounds, args.repeats)
-    decisions = decision_times(args.model, args.data, args.rounds, args.repeats)
     recorded = recorded_inputs(args.model, args.data, args.mails)
     error, score = errors(recorded), largest_score(recorded)
-    markdown = render(rows, decisions, error, args.mails, score)
+    markdown = render(rows, error, args.mails, score)
     print(markdown)
     if not args.no_write:
-        results = {"timings": rows, "decisions": decisions, "errors": error, "largest_score": score}
+        results = {"timings": rows, "errors": error, "largest_score": score}
         write_results("prefill_attention", results, markdown)
 
 
