@@ -25,8 +25,9 @@ from jev.model import mla
 VARIANTS: dict[str, Callable] = {"shipped": mla.causal_attention_bfloat16, "attention through SDPA": sdpa}
 
 
-def timed(model: Path, data: Path, rounds: int, repeats: int) -> dict[str, dict[str, float]]:
-    """Milliseconds per decision of the median test mail in each variant, at batch 1 and 32."""
+def timed(model: Path, data: Path, rounds: int, repeats: int) -> tuple[dict[str, dict[str, float]], int]:
+    """Milliseconds per decision of the median test mail in each variant, at batch 1 and 32, and the
+    mail's length in tokens."""
     decider = Decider.load(model, speculative=False, weights="mixed")
     task = decider.tasks["mail"]
     ids = decider.encode(task, median_mail(data, decider)).token_ids
@@ -40,10 +41,11 @@ def timed(model: Path, data: Path, rounds: int, repeats: int) -> dict[str, dict[
                     times[name][batch].append(1e3 * seconds / batch)
     finally:
         mla.causal_attention_bfloat16 = VARIANTS["shipped"]
-    return {
+    medians = {
         name: {f"batch_{batch}_ms": statistics.median(t) for batch, t in by_batch.items()}
         for name, by_batch in times.items()
     }
+    return medians, len(ids)
 
 
 def render(results: dict[str, dict[str, float]], tokens: int) -> str:
@@ -69,9 +71,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed calls at batch 1 per variant and round")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
-    results = timed(args.model, args.data, args.rounds, args.repeats)
-    decider = Decider.load(args.model, speculative=False)
-    tokens = len(decider.encode(decider.tasks["mail"], median_mail(args.data, decider)).token_ids)
+    results, tokens = timed(args.model, args.data, args.rounds, args.repeats)
     markdown = render(results, tokens)
     print(markdown)
     if not args.no_write:
