@@ -1,5 +1,6 @@
 """Field queries that join at a higher layer: the batched pass equals a row-by-row reference, the
-cached lower states give the same logits, and the cache a decision leaves is a plain prefill."""
+cached lower states give the same logits, the last layer run for the field rows alone gives what
+the full pass gives them, and the cache a decision leaves is a plain prefill."""
 
 import pytest
 import torch
@@ -12,9 +13,9 @@ ROWS = [[5, 9, 2, 7, 11, 3], [4, 8], [13, 1, 6, 10]]
 LAYOUT = [HeadLayout("kind", 3, False), HeadLayout("tags", 4, True)]
 
 
-def _network(query_layer: int) -> DecisionModel:
+def _network(query_layer: int, index_topk: int = 64) -> DecisionModel:
     torch.manual_seed(0)
-    model = random_model(tiny_config(index_topk=64, num_hidden_layers=3))
+    model = random_model(tiny_config(index_topk=index_topk, num_hidden_layers=3))
     return DecisionModel(model, {"t": TaskHeads(model.config.hidden_size, LAYOUT)}, query_layer).eval()
 
 
@@ -38,6 +39,31 @@ def test_a_ragged_batch_equals_each_row_alone(query_layer):
                 torch.testing.assert_close(field[r], want[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("index_topk", [64, 3])
+@pytest.mark.parametrize("query_layer", [0, 2])
+def test_the_last_layer_for_the_field_rows_alone_equals_the_full_pass(query_layer, index_topk):
+    """Dense, and with the indexer choosing 3 keys of up to 8 (the absorbed sparse form against the
+    full pass's masked expanded one)."""
+    network = _network(query_layer, index_topk)
+    model, lengths = network.model, torch.tensor([len(ids) for ids in ROWS])
+    with torch.no_grad():
+        x = model.layer_states(model.embed(_padded(ROWS)), lengths, stop=query_layer)
+        x, total, fields = network.with_queries(network.heads["t"], x, lengths)
+        full = model.layer_states(x, total, start=query_layer)
+        read = model.layer_states(x, total, start=query_layer, read=fields)
+    torch.testing.assert_close(read, full[torch.arange(len(ROWS)).unsqueeze(1), fields], rtol=1e-5, atol=1e-5)
+
+
+def test_reading_a_subset_of_rows_needs_a_cache_free_pass_through_the_last_layer():
+    network = _network(0)
+    model, lengths = network.model, torch.tensor([len(ids) for ids in ROWS])
+    x, read = model.embed(_padded(ROWS)), torch.zeros(len(ROWS), 1, dtype=torch.long)
+    with pytest.raises(ValueError, match="last layer"):
+        model.layer_states(x, lengths, stop=2, read=read)
+    with pytest.raises(ValueError, match="cache-free"):
+        model.layer_states(x, lengths, cache=model.new_cache(len(ROWS), 16), read=read)
+
+
 def test_the_query_layer_changes_what_the_heads_read():
     with torch.no_grad():
         low, high = _network(0)("t", ROWS).logits[0], _network(2)("t", ROWS).logits[0]
@@ -57,13 +83,18 @@ def test_cached_lower_states_give_the_same_logits_and_answer_loss(training):
     torch.testing.assert_close(full.answer_loss, cached.answer_loss, rtol=1e-5, atol=1e-6)
 
 
+def _padded(rows: list[list[int]]) -> torch.Tensor:
+    padded = torch.zeros(len(rows), max(len(ids) for ids in rows), dtype=torch.long)
+    for r, ids in enumerate(rows):
+        padded[r, : len(ids)] = torch.tensor(ids)
+    return padded
+
+
 def test_the_decision_cache_rolled_back_is_a_prefill_of_the_input():
     network = _network(1)
     model = network.model
     lengths = torch.tensor([len(ids) for ids in ROWS])
-    padded = torch.zeros(len(ROWS), int(lengths.max()), dtype=torch.long)
-    for r, ids in enumerate(ROWS):
-        padded[r, : len(ids)] = torch.tensor(ids)
+    padded = _padded(ROWS)
     with torch.no_grad():
         decided = model.new_cache(len(ROWS), 16)
         logits = network("t", ROWS, cache=decided).logits

@@ -86,11 +86,15 @@ class DecisionModel(nn.Module):
         else:
             x = pad_states([states[: len(ids)] for states, ids in zip(lower_states, token_ids, strict=True)])
         x, total, field_positions = self.with_queries(heads, x, lengths)
-        hidden = self.model.layer_states(x, total, start=self.query_layer, cache=cache, indexer_losses=losses)
+        # Without a cache or training, the heads read the field tokens' final states and nothing else.
+        read = field_positions if cache is None and losses is None and answers is None else None
+        hidden = self.model.layer_states(
+            x, total, start=self.query_layer, cache=cache, indexer_losses=losses, read=read
+        )
         if cache is not None:
             cache.advance(total)
         rows = torch.arange(len(token_ids), device=hidden.device).unsqueeze(1)
-        logits = heads(hidden[rows, field_positions])
+        logits = heads(hidden if read is not None else hidden[rows, field_positions])
         indexer_loss = torch.stack(losses).mean() if losses else None
         if answers is None:
             input_states = hidden[:, : int(lengths.max())] if cache is not None else None

@@ -84,16 +84,17 @@ class MLA(nn.Module):
         self.o_proj = nn.Linear(self.n_heads * self.d_v, config.hidden_size, bias=False)
         self.indexer = Indexer(config)
 
-    def forward(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: AttentionBatch, read: torch.Tensor | None = None) -> torch.Tensor:
+        """`[B, T, D]`; with `read [B, F]`, the outputs at those positions alone, `[B, F, D]` (`attend_from`)."""
+        if read is not None:
+            return self.attend_from(x, batch, read)
         size, length, _ = x.shape
-        q_compressed = self.q_a_layernorm(self.q_a_proj(x))
-        q = self.q_b_proj(q_compressed).view(size, length, self.n_heads, self.d_nope + self.d_rope)
-        q_nope, q_rope = q.split([self.d_nope, self.d_rope], dim=-1)
+        q_compressed, q_nope, q_rope = self._queries(x)
         latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.d_latent, self.d_rope], dim=-1)
         # The queries' and the shared key's RoPE parts turn together, in float32 (one call instead of
         # two: a decode step is mostly small ops), and return in their projections' dtype.
         turned = rotate_by(torch.cat((q_rope, k_rope.unsqueeze(2)), dim=2), batch.turn)
-        q_rope, k_rope = turned[:, :, : self.n_heads].to(q.dtype), turned[:, :, self.n_heads].to(latent.dtype)
+        q_rope, k_rope = turned[:, :, : self.n_heads].to(q_nope.dtype), turned[:, :, self.n_heads].to(latent.dtype)
         kv = torch.cat((self.kv_a_layernorm(latent), k_rope), dim=-1)
         selecting = batch.indexer_losses is None and self.index_topk < batch.n_keys
         # The indexer keys are read only by a selection, or by later passes over a cache that keeps them.
@@ -128,6 +129,41 @@ class MLA(nn.Module):
             out_latent = ops.mla_attention(self.absorb_query(q_nope), q_rope, kv, batch.positions, self.scale)
             out = self.expand_output(out_latent)
         return self.o_proj(out.reshape(size, length, self.n_heads * self.d_v))
+
+    def attend_from(self, x: torch.Tensor, batch: AttentionBatch, read: torch.Tensor) -> torch.Tensor:
+        """The outputs `[B, F, D]` of the queries at positions `read [B, F]` alone, over every token's keys:
+        a cache-free inference pass's last layer, whose other rows nobody reads.
+
+        Every token still gives its key; only the read rows are queried, in the absorbed form (a
+        decode step's, over the pass's own latents), so the layer's query, output and MLP products
+        shrink from T rows to F."""
+        if batch.cache is not None or batch.indexer_losses is not None:
+            raise ValueError("only a cache-free inference pass reads a subset of its rows")
+        size, n_read = read.shape
+        rows = torch.arange(size, device=x.device).unsqueeze(1)
+        queried = x[rows, read]
+        q_compressed, q_nope, q_rope = self._queries(queried)
+        q_rope = rotate_by(q_rope, batch.turn[rows, read]).to(q_nope.dtype)
+        latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.d_latent, self.d_rope], dim=-1)
+        k_rope = rotate_by(k_rope, batch.turn).to(latent.dtype)
+        kv = torch.cat((self.kv_a_layernorm(latent), k_rope), dim=-1)
+        q_latent = self.absorb_query(q_nope)
+        if self.index_topk < batch.n_keys:
+            cos, sin = batch.cos[rows, read], batch.sin[rows, read]
+            index_key = self.indexer.keys(x, batch.cos, batch.sin)
+            top = self.indexer.select(queried, q_compressed, index_key, read, cos, sin, self.index_topk)
+            out_latent = ops.sparse_mla_attention(q_latent, q_rope, kv, top, self.scale)
+        else:
+            out_latent = ops.mla_attention(q_latent, q_rope, kv, read, self.scale)
+        return self.o_proj(self.expand_output(out_latent).reshape(size, n_read, self.n_heads * self.d_v))
+
+    def _queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The compressed query `[B, T, q_lora_rank]` (the indexer's input too) and its heads' no-RoPE and
+        (unturned) RoPE parts, `[B, T, H, d_nope]` and `[B, T, H, d_rope]`."""
+        q_compressed = self.q_a_layernorm(self.q_a_proj(x))
+        q = self.q_b_proj(q_compressed).view(*x.shape[:2], self.n_heads, self.d_nope + self.d_rope)
+        q_nope, q_rope = q.split([self.d_nope, self.d_rope], dim=-1)
+        return q_compressed, q_nope, q_rope
 
     def _up_projection(self) -> tuple[torch.Tensor, torch.Tensor]:
         """W_UK `[H, d_nope, d_c]` and W_UV `[H, d_v, d_c]`: the rows of `kv_b_proj` per head."""
@@ -251,4 +287,4 @@ def _per_head(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     sequence and copy it: at 16 sequences, in a one-off probe, that copy cost a decode step about 17 ms.)"""
     size, length, heads, _ = x.shape
     rows = x.reshape(size * length, heads, -1).transpose(0, 1)
-    return torch.bmm(rows, weight).transpose(0, 1).reshape(size, length, heads, -1)
+    return torch.bmm(rows, weight.to(x.dtype)).transpose(0, 1).reshape(size, length, heads, -1)

@@ -31,9 +31,13 @@ class DecoderLayer(nn.Module):
         sparse = config.mlp_layer_types[layer_idx] == "sparse"
         self.mlp = MoE(config) if sparse else MLP(config.hidden_size, config.intermediate_size)
 
-    def forward(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: AttentionBatch, read: torch.Tensor | None = None) -> torch.Tensor:
+        """`[B, T, D]`, or with `read [B, F]` the states at those positions alone, `[B, F, D]`."""
         branch = batch.branch_dtype or x.dtype
-        x = x + self.self_attn(self.input_layernorm(x).to(branch), batch)
+        attended = self.self_attn(self.input_layernorm(x).to(branch), batch, read)
+        if read is not None:
+            x = x[torch.arange(len(x), device=x.device).unsqueeze(1), read]
+        x = x + attended
         return x + self.mlp(self.post_attention_layernorm(x).to(branch))
 
 
@@ -123,9 +127,14 @@ class Model(nn.Module):
         cache: LatentCache | None = None,
         indexer_losses: list[torch.Tensor] | None = None,
         frozen_layers: int = 0,
+        read: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """States `x [B, T, D]` entering layer `start` through layers `start..stop-1`, final-normed
         when `stop` is the last layer.
+
+        `read [B, F]` names the positions whose final states alone the caller reads (a decision's field
+        tokens, in a cache-free inference pass through the last layer): that layer then computes only
+        their rows, and the result is `[B, F, D]`.
 
         A pass may run in stages (the decision's field queries join at a higher layer): with `cache`,
         each stage writes its tokens at positions after the cached past, and the caller advances the
@@ -138,6 +147,8 @@ class Model(nn.Module):
             raise ValueError(f"layers {start}..{stop} are not within 0..{len(self.backbone.layers)}")
         if indexer_losses is not None and cache is not None:
             raise ValueError("training passes are cache-free")
+        if read is not None and (stop == start or stop < len(self.backbone.layers)):
+            raise ValueError("reading a subset of rows needs a pass through the last layer")
         if cache is None:
             positions, n_keys, expanded = self._fresh_positions(x, lengths), x.shape[1], True
         else:
@@ -154,7 +165,7 @@ class Model(nn.Module):
                 detached = {name: weight.detach() for name, weight in layer.named_parameters()}
                 x = torch.func.functional_call(layer, detached, (x, batch))
             else:
-                x = layer(x, batch)
+                x = layer(x, batch, read if i == stop - 1 else None)
         return self.backbone.norm(x) if stop == len(self.backbone.layers) else x
 
     def training_states(
