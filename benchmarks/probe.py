@@ -8,6 +8,9 @@ state for the last) averaged over the row's tokens. It says which depths carry a
 fine-tuning, which is where a recipe that freezes the lower layers can start.
 
     python -m benchmarks.probe --model runs/smollm2-mla --data data --task chat --layers 6 12 18 24 30
+
+`--task sotu` reads the rows `benchmarks/own_task.py` builds (`--data runs/own`): whether a user's own
+task is held back by its recipe or by what the backbone's states carry.
 """
 
 import argparse
@@ -26,7 +29,7 @@ from jev.tokenizer import load_tokenizer
 
 MAX_TOKENS = 256
 BATCH = 32
-TASKS = {"mail": "schemas.mail:TASK", "chat": "schemas.chat:TASK"}
+TASKS = {"mail": "schemas.mail:TASK", "chat": "schemas.chat:TASK", "sotu": "examples.sotu:TASK"}
 
 
 @torch.no_grad()

@@ -51,7 +51,9 @@ def test_the_last_layer_for_the_field_rows_alone_equals_the_full_pass(query_laye
         x, total, fields = network.with_queries(network.heads["t"], x, lengths)
         full = model.layer_states(x, total, start=query_layer)
         read = model.layer_states(x, total, start=query_layer, read=fields)
+        frozen = model.layer_states(x, total, start=query_layer, read=fields, frozen_layers=3)
     torch.testing.assert_close(read, full[torch.arange(len(ROWS)).unsqueeze(1), fields], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(frozen, read, rtol=0, atol=0)
 
 
 def test_reading_a_subset_of_rows_needs_a_cache_free_pass_through_the_last_layer():

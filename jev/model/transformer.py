@@ -160,12 +160,12 @@ class Model(nn.Module):
         branch = self.fresh_branch_dtype if expanded and indexer_losses is None else None
         batch = AttentionBatch(positions, cos, sin, n_keys, cache, expanded, indexer_losses, branch)
         for i in range(start, stop):
-            layer = self.backbone.layers[i]
+            layer, reads = self.backbone.layers[i], read if i == stop - 1 else None
             if i < frozen_layers:
                 detached = {name: weight.detach() for name, weight in layer.named_parameters()}
-                x = torch.func.functional_call(layer, detached, (x, batch))
+                x = torch.func.functional_call(layer, detached, (x, batch, reads))
             else:
-                x = layer(x, batch, read if i == stop - 1 else None)
+                x = layer(x, batch, reads)
         return self.backbone.norm(x) if stop == len(self.backbone.layers) else x
 
     def training_states(
