@@ -49,7 +49,7 @@ def _run_profile(args: argparse.Namespace) -> int:
     from jev.generate.profiles import cache_dir
 
     folder = model_folder(args.model)
-    decider = Decider.load(folder, weights=args.weights)
+    decider = Decider.load(folder, weights=args.weights, replay=True)  # as `jev serve` decodes
     if decider.drafter is None:
         print(f"{folder} has no drafter: its text fields decode plainly, there is nothing to profile")
     elif decider.profiling is None:

@@ -42,13 +42,16 @@ def cache_dir() -> Path:
 
 def machine_key(model: Model) -> str:
     """A short id of what a pass's speed depends on besides the weights: the processor, the threads
-    torch uses, the device, the dtype, the stored weights' form and the torch build."""
+    torch uses, the device, the dtype, the stored weights' form, whether cached passes are replayed as
+    traced graphs, and the torch build."""
     parts = [
         processor_name(), str(os.cpu_count()), str(torch.get_num_threads()), str(model.device),
         str(model.dtype), torch.__version__, str(PROFILE_VERSION),
     ]
     if model.weights != "float32":
         parts.append(model.weights)
+    if model.step_graphs is not None:
+        parts.append("replayed")
     if model.device.type == "cuda":
         parts.append(torch.cuda.get_device_name(model.device))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

@@ -67,9 +67,10 @@ class LatentCache:
             batch, token = torch.nonzero(positions >= 0, as_tuple=True)
             self._written_positions, self._slots = positions, (batch, token, positions[batch, token])
         batch, token, slots = self._slots
-        self.latent[layer, batch, slots] = latent[batch, token].to(self.latent.dtype)
+        # `index_put_` rather than item assignment, which a trace records with the value's shape fixed.
+        self.latent[layer].index_put_((batch, slots), latent[batch, token].to(self.latent.dtype))
         if self.index_keys is not None:
-            self.index_keys[layer, batch, slots] = index_key[batch, token].to(self.index_keys.dtype)
+            self.index_keys[layer].index_put_((batch, slots), index_key[batch, token].to(self.index_keys.dtype))
 
     def advance(self, new_lengths: torch.Tensor) -> None:
         """Commit the tokens written by the last forward pass."""
@@ -93,10 +94,18 @@ class LatentCache:
         """A new cache holding copies of these rows, in this order (a row may repeat): e.g. one copy
         per candidate continuation to score from a shared prefix."""
         index = torch.as_tensor(rows, dtype=torch.int64, device=self.lengths.device)
-        copy = object.__new__(LatentCache)
-        copy.max_len = self.max_len
-        copy.latent = self.latent[:, index]
-        copy.index_keys = None if self.index_keys is None else self.index_keys[:, index]
-        copy.lengths = self.lengths[index].clone()
-        copy._written_positions, copy._slots = None, None
-        return copy
+        keys = None if self.index_keys is None else self.index_keys[:, index]
+        return LatentCache.over(self.latent[:, index], keys, self.lengths[index].clone())
+
+    @classmethod
+    def over(
+        cls, latent: torch.Tensor, index_keys: torch.Tensor | None, lengths: torch.Tensor | None = None
+    ) -> "LatentCache":
+        """A cache whose slots are these tensors (written in place): a row selection's copies, or a traced
+        pass's inputs (`jev.model.step_graphs`). Without `lengths`, every sequence is empty."""
+        cache = object.__new__(cls)
+        cache.max_len = latent.shape[2]
+        cache.latent, cache.index_keys = latent, index_keys
+        cache.lengths = latent.new_zeros(latent.shape[1], dtype=torch.int64) if lengths is None else lengths
+        cache._written_positions, cache._slots = None, None
+        return cache

@@ -1,6 +1,6 @@
 """The DeepSeek-V3.2 decoder: embeddings, MLA + DSA layers with dense or MoE feed-forward, LM head."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +16,7 @@ from jev.model.mla import MLA, AttentionBatch
 from jev.model.mlp import MLP, MoE
 from jev.model.norm import RMSNorm
 from jev.model.rope import RotaryEmbedding
+from jev.model.step_graphs import TRACE_AFTER, StepGraphs
 
 
 class DecoderLayer(nn.Module):
@@ -75,6 +76,29 @@ class Model(nn.Module):
         # What the attention and MLP of a pass over fresh sequences compute in, when not the residual
         # stream's dtype (bfloat16 with bfloat16 products: `jev.model.weights`).
         self.fresh_branch_dtype: torch.dtype | None = None
+        # Whether a cached pass's products keep one form whatever its row count (set with the weights'
+        # form, `jev.model.weights`): only such a pass is replayed as a traced graph.
+        self.replays_pass: Callable[[AttentionBatch], bool] = _every_pass
+        # Cached passes replayed as traced graphs (`jev.model.step_graphs`), for inference only.
+        self.step_graphs: StepGraphs | None = None
+
+    def replay_cached_passes(self, on: bool = True) -> None:
+        """From now on replay the passes that extend a cache as traced graphs (`on`), or run every pass
+        eagerly. For an inference-only model: the graphs read its weights as they are now.
+
+        The graphs a one-sequence generation replays are traced, and run through the executor's first
+        runs, here (about 3 s on 2 cores for the shipped model): with a cache too short for the indexer
+        to select, and with one long enough to keep indexer keys."""
+        self.step_graphs = StepGraphs(self.backbone.layers, self.backbone.norm, self.replays_pass) if on else None
+        if not on:
+            return
+        shortest_topk = min(layer.self_attn.index_topk for layer in self.backbone.layers)
+        token = torch.zeros(1, 1, dtype=torch.int64, device=self.device)
+        with torch.no_grad():
+            for room in (TRACE_AFTER + 3, max(TRACE_AFTER + 3, shortest_topk + 1)):
+                cache = self.new_cache(1, room)
+                for _ in range(TRACE_AFTER + 2):
+                    self.hidden_states(token, cache=cache)
 
     @property
     def device(self) -> torch.device:
@@ -159,6 +183,10 @@ class Model(nn.Module):
         cos, sin = self.backbone.rotary(positions, x.dtype)
         branch = self.fresh_branch_dtype if expanded and indexer_losses is None else None
         batch = AttentionBatch(positions, cos, sin, n_keys, cache, expanded, indexer_losses, branch)
+        whole = start == 0 and stop == len(self.backbone.layers) and read is None and frozen_layers == 0
+        replayed = self.step_graphs.run(x, batch) if whole and self.step_graphs is not None else None
+        if replayed is not None:
+            return replayed
         for i in range(start, stop):
             layer, reads = self.backbone.layers[i], read if i == stop - 1 else None
             if i < frozen_layers:
@@ -296,3 +324,7 @@ def _equal(state: dict[str, torch.Tensor], checkpoint_name: str, tensor: torch.T
 def _is_identity(tensor: torch.Tensor) -> bool:
     square = tensor.dim() == 2 and tensor.shape[0] == tensor.shape[1] and tensor.is_floating_point()
     return square and torch.equal(tensor.detach().cpu(), torch.eye(len(tensor), dtype=tensor.dtype))
+
+
+def _every_pass(batch: AttentionBatch) -> bool:
+    return True

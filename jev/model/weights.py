@@ -55,6 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from jev.model.mla import AttentionBatch
 from jev.model.precision import native_bfloat16
 from jev.model.transformer import DecoderLayer, Model
 
@@ -103,7 +104,18 @@ def packed_bfloat16(weight: torch.Tensor) -> torch.Tensor:
 
 def packed_product(rows: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     """`rows [M, K]` (bfloat16) times a `packed_bfloat16` weight: `[M, N]` bfloat16."""
+    if torch.jit.is_tracing():
+        return _TRACEABLE.packed_product(rows, packed)
     return torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", [], "")
+
+
+# The same call in TorchScript, for a traced pass (`jev.model.step_graphs`): the tracer cannot record
+# the op's empty list of optional scalars from Python, and TorchScript can type it.
+_TRACEABLE = torch.jit.CompilationUnit("""
+def packed_product(rows: Tensor, packed: Tensor) -> Tensor:
+    scalars: List[Optional[number]] = []
+    return torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", scalars, "")
+""")
 
 
 # The row count oneDNN lays a packed weight out for: a decision of about a hundred tokens. Any count
@@ -119,7 +131,8 @@ class Bf16Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        self.packed = packed_bfloat16(linear.weight)
+        # A buffer, so a traced pass (`jev.model.step_graphs`) reads it as the module's own.
+        self.register_buffer("packed", packed_bfloat16(linear.weight), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._in_blocks(x, ROW_BLOCK, padded_rows)
@@ -311,6 +324,25 @@ def store_weights(model: Model, weights: Weights) -> list[str]:
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, stored(getattr(parent, child)))
     model.weights = weights
+    model.replays_pass = _few_sequences if weights == "mixed" else _one_form if weights == "fp16" else _no_pass
+    model.replay_cached_passes(model.step_graphs is not None)
     if weights in ("bf16", "mixed"):
         model.fresh_branch_dtype = torch.bfloat16
     return targets
+
+
+# Which cached passes a traced graph may replay (`jev.model.step_graphs`): those whose products take
+# one form whatever their row count. bfloat16 products pad their rows to a count that depends on it.
+
+
+def _few_sequences(batch: AttentionBatch) -> bool:
+    """Mixed weights: fewer than BATCHED_EXTENDING sequences multiply in fp16 and int4, row by row."""
+    return extending_block(batch.cache.batch_size) is None
+
+
+def _one_form(batch: AttentionBatch) -> bool:
+    return True
+
+
+def _no_pass(batch: AttentionBatch) -> bool:
+    return False

@@ -31,9 +31,10 @@ class Engine:
     @classmethod
     def load(cls, folder: str | Path, speculative: bool = True, weights: str = "float32") -> "Engine":
         """Load a decider folder; `speculative=False` writes text fields without its drafter, and
-        `weights` says what its large matrices are stored as (`jev.model.weights`)."""
+        `weights` says what its large matrices are stored as (`jev.model.weights`). Its decode steps are
+        replayed as traced graphs (`jev.model.step_graphs`)."""
         path = Path(folder)
-        return cls(Decider.load(path, speculative=speculative, weights=weights), path.resolve().name)
+        return cls(Decider.load(path, speculative=speculative, weights=weights, replay=True), path.resolve().name)
 
     @property
     def tasks(self) -> dict[str, Task]:
