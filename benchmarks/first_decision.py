@@ -1,6 +1,7 @@
 """A fresh process's first decision with a text field, against its warm ones: what a new user waits for.
 
-Each case runs in a new Python process. It loads `--model` as `jev serve` does (`--weights auto`),
+Each case runs in a new Python process. It loads `--model` as `jev serve` does (`--weights auto`,
+its decode steps replayed as traced graphs, traced while it loads),
 decides the first test mail (closed fields and the subject line) and times it, then decides the
 same mail `--warm` more times and takes their median. Cases:
 
@@ -37,7 +38,7 @@ def child(model: Path, data: Path, warm: int, speculative: bool) -> dict[str, An
 
     row = json.loads(next(iter(data.open())))["input"]
     started = time.perf_counter()
-    decider = Decider.load(model, speculative=speculative, weights="auto")  # as `jev decide` and `jev serve`
+    decider = Decider.load(model, speculative=speculative, weights="auto", replay=True)  # as `jev serve`
     loaded = time.perf_counter() - started
     timings, compute = [], []
     for _ in range(warm + 1):

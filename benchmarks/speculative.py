@@ -185,12 +185,13 @@ def main() -> None:
     needed = max(batch * groups_of[batch] for batch in args.batches)
 
     if args.prompts == "subject":
-        decider = Decider.load(args.target, check_policies=False, speculative=False, weights=args.weights)
+        decider = Decider.load(args.target, check_policies=False, speculative=False, weights=args.weights, replay=True)
         target = decider.model
         prompts, stop = subject_prompts(decider, args.data, needed + WARM_UP)
     else:
         target = Model.from_pretrained(args.target).eval()
         store_weights(target, args.weights)
+        target.replay_cached_passes()
         tokenizer, count = load_tokenizer(args.target), needed + WARM_UP
         prompts = mail_prompts(args.data, tokenizer, target.config.bos_token_id, count, args.prompt_tokens)
         stop = frozenset()

@@ -70,7 +70,7 @@ def main() -> None:
             calls, sizes = zip(*(product(linear, fmt) for linear in linears), strict=True)
             sweep = list(zip(calls, inputs, strict=True))
             seconds = median_time(lambda sweep=sweep: [call(x) for call, x in sweep], args.repeats)
-            served = Decider.load(args.model, check_policies=False, speculative=False, weights=fmt).model
+            served = Decider.load(args.model, check_policies=False, speculative=False, weights=fmt, replay=True).model
             jev_rate(served, prompt, 4, None, 0)  # warm-up
             step_ms = 1000 / jev_rate(served, prompt, args.new_tokens, None, 0)[0]
             rows[fmt] = {"megabytes": sum(sizes) / 1e6, "products_ms": 1000 * seconds, "step_ms": step_ms}

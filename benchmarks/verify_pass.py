@@ -5,7 +5,8 @@ n_b drafts row b verifies); rows are right-padded to the longest, and rows that 
 still hold their place. DSpark's Algorithm 1 sizes each row's n_b separately, which pays when a
 pass costs its tokens; `jev.generate.scheduler.LoadAwareScheduler` gives every row the same width
 because this table says Jev's pass costs its rectangle. Times are medians of cached passes after
-`--context` positions, on the model's serving weights (`--weights`, default auto).
+`--context` positions, on the model's serving weights (`--weights`, default auto), replayed as traced
+graphs where `jev serve` replays them (`jev.model.step_graphs`).
 
     python -m benchmarks.verify_pass --model models/default
 """
@@ -50,6 +51,7 @@ def main() -> None:
 
     model = Model.from_pretrained(args.model).eval()
     store_weights(model, args.weights)
+    model.replay_cached_passes()  # as `jev serve` runs it
     w = args.width
     rows, results = [], {}
     for batch in args.batches:
