@@ -202,7 +202,7 @@ class Decider:
         text fields unless `speculative=False`; its verify profile is loaded, or starts measuring.
         `weights` other than `"float32"` stores the backbone's large matrices as float16, bfloat16 or
         both (`jev.model.weights`), and the model id says so. `replay` replays the passes that extend a
-        cache as traced graphs (`jev.model.step_graphs`): a decode step at one sequence takes about 0.6x
+        cache as traced graphs (`jev.model.step_graphs`): a decode step at one sequence takes about 0.7x
         the time, for about 3 s more of loading, so a server takes it and a one-off command does not.
         """
         folder = Path(path)

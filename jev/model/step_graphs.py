@@ -2,9 +2,10 @@
 
 Why: a plain decode step of the shipped model at one sequence makes about 3,600 torch calls, some
 120 per layer, most of them views, casts and small products. Issued from Python they take about
-1.6x as long as the same calls replayed by TorchScript's graph executor (`benchmarks/decode_anchor.py`
-has both). The executor runs the same aten kernels in the same order and fuses nothing on a CPU,
-so a replayed pass gives exactly the eager pass's numbers (`tests/test_step_graphs.py`).
+1.5x as long as the same calls replayed by TorchScript's graph executor (a greedy generation's
+tokens per second at one sequence, `benchmarks/decode_anchor.py`). The executor runs the same aten
+kernels in the same order and fuses nothing on a CPU, so a replayed pass gives exactly the eager
+pass's numbers (`tests/test_step_graphs.py`).
 
 A trace records the branches its own pass took, so a pass is replayed only where nothing branches
 on data or on a size: it extends a cache (a decode step or a verify pass), no layer's indexer

@@ -324,24 +324,21 @@ def store_weights(model: Model, weights: Weights) -> list[str]:
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, stored(getattr(parent, child)))
     model.weights = weights
-    model.replays_pass = _few_sequences if weights == "mixed" else _one_form if weights == "fp16" else _no_pass
-    model.replay_cached_passes(model.step_graphs is not None)
     if weights in ("bf16", "mixed"):
         model.fresh_branch_dtype = torch.bfloat16
+        model.replays_pass = _few_sequences if weights == "mixed" else _no_pass
+    model.replay_cached_passes(model.step_graphs is not None)
     return targets
 
 
 # Which cached passes a traced graph may replay (`jev.model.step_graphs`): those whose products take
-# one form whatever their row count. bfloat16 products pad their rows to a count that depends on it.
+# one form whatever their row count (fp16's and int4's do). bfloat16 products pad their rows to a
+# count that depends on it.
 
 
 def _few_sequences(batch: AttentionBatch) -> bool:
     """Mixed weights: fewer than BATCHED_EXTENDING sequences multiply in fp16 and int4, row by row."""
     return extending_block(batch.cache.batch_size) is None
-
-
-def _one_form(batch: AttentionBatch) -> bool:
-    return True
 
 
 def _no_pass(batch: AttentionBatch) -> bool:
