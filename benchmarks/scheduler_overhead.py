@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16, help="sequences decoded together (default: %(default)s)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs of each (default: %(default)s)")
     args = parser.parse_args(argv)
-    decider = Decider.load(args.model, check_policies=False, speculative=False, replay=True)
+    decider = Decider.load(args.model, check_policies=False, speculative=False, weights="auto", replay=True)
     target = decider.model
     prompts, stop = subject_prompts(decider, args.data, args.batch)
     drafter = load_drafter(args.model / "drafter", target)
