@@ -17,9 +17,13 @@ by and the keys: the latents come in as the cache's first n_keys slots, and n_ke
 their shape, so it is recorded as a size. So one graph per dtype, and per cache with or without
 indexer keys, serves every such pass.
 
-Tracing costs about 1.2 s on 2 cores, and the executor's first runs about 0.4 s more, so
-`Model.replay_cached_passes` does both up front for what a one-sequence generation meets; a
-pass of a kind not traced yet runs eagerly, and is traced the TRACE_AFTER-th time it is seen.
+Tracing costs about 1.2 s on 2 cores, and the executor's first runs about 0.4 s more (it optimizes
+the graph for what it has seen), so `Model.replay_cached_passes` does both up front for what a
+one-sequence generation meets and then `settle`s the graphs: from then on they replay without the
+executor optimizing again (`torch.jit.optimized_execution(False)`). Left optimizing, it kept a plan
+for the shapes it met, and a server's resident memory grew by 60-75 MB over mixed traffic
+(`tests/test_serve_soak.py`); settled, a step at one sequence ran as fast in a probe. A pass of a
+kind not traced yet runs eagerly, and is traced the TRACE_AFTER-th time it is seen.
 """
 
 import warnings
@@ -67,6 +71,11 @@ class StepGraphs:
         self.dense = all(not hasattr(layer.mlp, "experts") for layer in layers)
         self.graphs: dict[tuple, torch.jit.ScriptModule] = {}
         self.seen: Counter[tuple] = Counter()
+        self.settled = False
+
+    def settle(self) -> None:
+        """From now on replay without the executor optimizing for new shapes (see the module's docstring)."""
+        self.settled = True
 
     def run(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor | None:
         """The final-normed states of this pass through every layer, replayed; None where it runs eagerly."""
@@ -99,4 +108,5 @@ class StepGraphs:
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 warnings.simplefilter("ignore", DeprecationWarning)
                 graph = self.graphs[key] = torch.jit.trace(self.passes, inputs, check_trace=False)
-        return graph(*inputs)
+        with torch.jit.optimized_execution(not self.settled):
+            return graph(*inputs)

@@ -99,6 +99,7 @@ class Model(nn.Module):
                 cache = self.new_cache(1, room)
                 for _ in range(TRACE_AFTER + 2):
                     self.hidden_states(token, cache=cache)
+        self.step_graphs.settle()
 
     @property
     def device(self) -> torch.device:
