@@ -35,6 +35,7 @@ from torch import nn
 
 from jev.model.cache import LatentCache
 from jev.model.mla import AttentionBatch
+from jev.model.mlp import MoE
 
 TRACE_AFTER = 2
 
@@ -68,7 +69,7 @@ class StepGraphs:
     def __init__(self, layers: nn.ModuleList, norm: nn.Module, replays: Callable[[AttentionBatch], bool]) -> None:
         self.passes = _CachedPass(layers, norm)
         self.replays = replays
-        self.dense = all(not hasattr(layer.mlp, "experts") for layer in layers)
+        self.dense = not any(isinstance(layer.mlp, MoE) for layer in layers)
         self.graphs: dict[tuple, torch.jit.ScriptModule] = {}
         self.seen: Counter[tuple] = Counter()
         self.settled = False
