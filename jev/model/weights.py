@@ -104,18 +104,7 @@ def packed_bfloat16(weight: torch.Tensor) -> torch.Tensor:
 
 def packed_product(rows: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     """`rows [M, K]` (bfloat16) times a `packed_bfloat16` weight: `[M, N]` bfloat16."""
-    if torch.jit.is_tracing():
-        return _TRACEABLE.packed_product(rows, packed)
     return torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", [], "")
-
-
-# The same call in TorchScript, for a traced pass (`jev.model.step_graphs`): the tracer cannot record
-# the op's empty list of optional scalars from Python, and TorchScript can type it.
-_TRACEABLE = torch.jit.CompilationUnit("""
-def packed_product(rows: Tensor, packed: Tensor) -> Tensor:
-    scalars: List[Optional[number]] = []
-    return torch.ops.mkldnn._linear_pointwise(rows, packed, None, "none", scalars, "")
-""")
 
 
 # The row count oneDNN lays a packed weight out for: a decision of about a hundred tokens. Any count
@@ -131,8 +120,7 @@ class Bf16Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        # A buffer, so a traced pass (`jev.model.step_graphs`) reads it as the module's own.
-        self.register_buffer("packed", packed_bfloat16(linear.weight), persistent=False)
+        self.packed = packed_bfloat16(linear.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._in_blocks(x, ROW_BLOCK, padded_rows)
