@@ -3,7 +3,8 @@
 It continues one test mail's subject prompt (as `benchmarks/decode_anchor.py` does, and timed
 the same way, after the prompt is read) for `--new-tokens` tokens, then again under
 `torch.profiler`, and reports the step's wall time and the ops that take the most time of their
-own, with their call counts per step.
+own, with their call counts per step. The step is replayed as a traced graph, as `jev serve` runs
+it (`jev.model.step_graphs`); the profiler still sees each aten call the graph makes.
 
     python -m benchmarks.decode_profile --model models/default [--weights float32]
 """

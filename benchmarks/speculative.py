@@ -34,7 +34,8 @@ realised acceptance). Reported:
 
 The drafter folder may hold any kind (autoregressive, DSpark or EAGLE; `jev.generate.drafters.load_drafter`
 reads which); `--lookup` drafts by n-gram lookup in each prompt and its text instead. Draft lengths
-past what a DSpark drafter was trained to draft in one pass are skipped.
+past what a DSpark drafter was trained to draft in one pass are skipped. The target replays its
+cached passes as traced graphs where `jev serve` does (`jev.model.step_graphs`).
 
     python -m benchmarks.speculative --target models/default --drafter models/default/drafter --prompts subject
 """
