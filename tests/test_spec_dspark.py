@@ -3,6 +3,7 @@ head's effect, calibration, its folder, and `jev train drafter --kind dspark`.""
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -56,8 +57,12 @@ def random_head(target: Model, markov_rank: int = 8, positions: int = 5, seed: i
     return head.to(target.dtype).eval().requires_grad_(False)
 
 
-def drafter(target: Model, **head) -> DSparkDrafter:
-    return DSparkDrafter(random_head(target, **head), target)
+def drafter(target: Model, vocab: list[int] | None = None, **head) -> DSparkDrafter:
+    return DSparkDrafter(random_head(target, **head), target, vocab=None if vocab is None else torch.tensor(vocab))
+
+
+# A vocabulary of 10 of the target's 16 tokens: the rest only ever come through the residual.
+VOCAB = [0, 1, 2, 4, 6, 7, 9, 11, 12, 15]
 
 
 @torch.no_grad()
@@ -66,11 +71,12 @@ def hidden_and_pending(target: Model, batch: int = 6) -> tuple[torch.Tensor, tor
     return target.hidden_states(prompts[:, :-1])[:, -1], prompts[:, -1]
 
 
+@pytest.mark.parametrize("vocab", [None, VOCAB])
 @pytest.mark.parametrize("markov_rank", [0, 8])
 @pytest.mark.parametrize("draft_len", [1, 3, 5])
-def test_greedy_speculative_equals_plain(target: Model, draft_len: int, markov_rank: int) -> None:
+def test_greedy_speculative_equals_plain(target: Model, draft_len: int, markov_rank: int, vocab) -> None:
     plain = generate(target, PROMPTS, NEW, temperature=0.0)
-    spark = drafter(target, markov_rank=markov_rank)
+    spark = drafter(target, vocab, markov_rank=markov_rank)
     spec = generate(target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=draft_len)
     assert spec.tokens == plain.tokens
     assert spec.stats.accepted > 0
@@ -148,6 +154,30 @@ def test_q_is_exactly_what_each_token_was_drawn_from(target: Model) -> None:
     torch.testing.assert_close(draft.probs, q, rtol=0, atol=1e-12)
     for j in range(4):
         assert torch.equal(draft.tokens[:, j], sample_from(q[:, j], uniforms[:, j]))
+
+
+@pytest.mark.parametrize("markov_rank", [0, 8])
+def test_a_vocabulary_drafts_its_tokens_from_the_head_over_them_alone(target: Model, markov_rank: int) -> None:
+    """q is the warp of the target head's logits at the vocabulary's tokens (zero elsewhere), and each
+    token the inverse-CDF draw from that q over the whole vocabulary."""
+    spark = drafter(target, VOCAB, markov_rank=markov_rank)
+    hidden, pending = hidden_and_pending(target)
+    settings = SamplingSettings.build(
+        6, temperature=[0.7, 1.0, 1.3, 0.0, 1.0, 0.9], top_k=[0, 5, 0, 0, 3, 0], top_p=[1.0, 1.0, 0.8, 1.0, 1.0, 0.9]
+    )
+    uniforms = torch.rand(6, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    draft = spark.draft(hidden, pending, settings, uniforms)
+    outside = [token for token in range(V) if token not in VOCAB]
+    assert bool(torch.isin(draft.tokens, torch.tensor(VOCAB)).all())
+    assert bool((draft.probs[..., outside] == 0).all())
+    previous = torch.cat((pending.view(-1, 1), draft.tokens[:, :-1]), dim=1)
+    logits, _ = spark.head(hidden, target.embed(previous), target.lm_head)
+    torch.testing.assert_close(draft.probs[..., VOCAB], warp(logits[..., VOCAB], settings), rtol=0, atol=1e-12)
+    for j in range(4):
+        assert torch.equal(draft.tokens[:, j], sample_from(draft.probs[:, j], uniforms[:, j]))
+    for wrong in ([3, 2], [0, V], [[1, 2]]):
+        with pytest.raises(ValueError, match="vocabulary"):
+            drafter(target, wrong)
 
 
 @pytest.mark.parametrize("calibrated", [False, True])
@@ -304,8 +334,9 @@ def test_a_packed_drafter_drafts_within_q8_rounding(tmp_path: Path) -> None:
     assert (got.probs - want.probs).abs().max() < 0.05
 
 
-def test_folder_round_trip_through_the_loader(target: Model, tmp_path: Path) -> None:
-    spark = drafter(target)
+@pytest.mark.parametrize("vocab", [None, VOCAB])
+def test_folder_round_trip_through_the_loader(target: Model, tmp_path: Path, vocab) -> None:
+    spark = drafter(target, vocab)
     raw = torch.linspace(0.0, 1.0, 20, dtype=torch.float64)
     spark.calibration = fit_survival_calibration(raw, (raw > 0.5).to(torch.int64))
     spark.save(tmp_path / "spark", {"note": "test"})
@@ -356,12 +387,16 @@ SAMPLED = [Config(3), Config(4, temperature=0.7, top_p=0.8, policy="threshold"),
 
 @pytest.mark.slow
 def test_sampled_output_has_the_target_law() -> None:
-    """Joint law of the first two tokens vs the target's exact law (chi-square, Holm), float32 as served."""
+    """Joint law of the first two tokens vs the target's exact law (chi-square, Holm), float32 as served;
+    the last run drafts over a vocabulary of 10 of the 16 tokens, the others only ever emitted by
+    the residual."""
     target = peaked_model(2, seed=0)
     spark = DSparkDrafter(random_head(target), target)
+    runs = [(spark, config) for config in SAMPLED]
+    runs.append((DSparkDrafter(random_head(target), target, vocab=torch.tensor(VOCAB)), Config(3)))
     p_values = [
-        chi_square_p(dspark_joint(target, spark, config, 12_000, seed=50 + i), target_joint(target, config))
-        for i, config in enumerate(SAMPLED)
+        chi_square_p(dspark_joint(target, drafts, config, 12_000, seed=50 + i), target_joint(target, config))
+        for i, (drafts, config) in enumerate(runs)
     ]
     assert min(holm(p_values)) > 1e-3, p_values
 
@@ -461,6 +496,23 @@ def test_no_markov_flag_trains_the_parallel_only_ablation(trained: Path) -> None
     provenance = json.loads((trained / "parallel" / "drafter.json").read_text())
     assert provenance["markov"] is False and provenance["config"]["markov_rank"] == 0
     assert not hasattr(load_drafter(trained / "parallel", Model.from_pretrained(trained / "target")).head, "markov_in")
+    whole = json.loads((trained / "spark" / "dspark.json").read_text())
+    assert whole["vocab"] is None, "the default vocabulary (8,192) holds the whole tiny one"
+
+
+def test_a_vocabulary_size_keeps_the_most_frequent_training_tokens(trained: Path) -> None:
+    args = train_args(trained, "frequent", "--no-markov", "--steps", "5", "--vocab-size", "12")
+    assert args.func(args) == 0
+    vocab = json.loads((trained / "frequent" / "dspark.json").read_text())["vocab"]
+    assert json.loads((trained / "frequent" / "drafter.json").read_text())["vocab_size"] == len(vocab) == 12
+    counts = Counter(token for text in TEXT for token in tiny_tokenizer().encode(text).ids)
+    assert {token for token, _ in counts.most_common(5)} <= set(vocab), "the corpus's commonest tokens"
+    target = Model.from_pretrained(trained / "target")
+    spark = load_drafter(trained / "frequent", target)
+    assert isinstance(spark, DSparkDrafter) and spark.vocabulary.vocab.tolist() == vocab
+    prompts = [tiny_tokenizer().encode(t).ids[:4] for t in TEXT]
+    spec = generate(target, prompts, 8, temperature=0.0, drafter=spark, draft_len=4)
+    assert spec.tokens == generate(target, prompts, 8, temperature=0.0).tokens
 
 
 def test_weights_and_precision_are_refused_for_the_autoregressive_kind(tmp_path: Path) -> None:

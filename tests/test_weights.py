@@ -14,6 +14,7 @@ from torch import nn
 
 from jev.decide.decider import Decider
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
+from jev.generate.drafters.vocabulary import target_head_rows
 from jev.generate.loop import generate
 from jev.generate.profiles import machine_key
 from jev.model import mla as mla_module
@@ -379,3 +380,24 @@ def test_a_bfloat16_pass_that_selects_keys_stays_close_to_float32(monkeypatch):
         # bfloat16's rounding moves most positions by little; where it flips a near tie of the
         # indexer's scores, another key is attended, and the position moves further
         assert 0 < kl.median() < 1e-4 and kl.max() < 0.05, path
+
+
+@pytest.mark.parametrize("weights", ["float32", *HALF])
+def test_rows_of_the_lm_head_stored_like_it_give_its_logits_for_those_rows(weights):
+    """A drafter's vocabulary head: the target head's rows in the head's own form (with mixed weights,
+    following the pass kind), so its logits are the target head's at those tokens."""
+    model = random_model(tiny_config(), seed=4)
+    store_weights(model, weights)
+    vocab = torch.tensor([0, 3, 5, 17, 40, 96])
+    rows = nn.Linear(model.config.hidden_size, len(vocab), bias=False)
+    rows.weight = nn.Parameter(target_head_rows(model, vocab).detach().clone(), requires_grad=False)
+    stored = weights_module.stored_like(rows, model.lm_head)
+    assert type(stored) is type(model.lm_head)
+    x = torch.randn(3, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        if weights == "mixed":
+            cache = model.new_cache(1, 4)
+            model(torch.tensor([[1, 2]]), cache=cache)
+            model(torch.tensor([[3]]), cache=cache)  # a pass extending a cache: fp16 products
+            assert not stored.kind.fresh and stored.kind.block is None
+        torch.testing.assert_close(stored(x), model.lm_head(x)[:, vocab], rtol=1e-6, atol=1e-6)

@@ -251,6 +251,16 @@ class MixedLinear(nn.Module):
 STORED = {"fp16": Fp16Linear, "bf16": Bf16Linear, "mixed": MixedLinear}
 
 
+def stored_like(linear: nn.Linear, like: nn.Module) -> nn.Module:
+    """`linear` (float32) in the stored form `like` has, `like` being one of a model's large linears:
+    a drafter's rows of the target's LM head take that head's form, and, with mixed weights, follow
+    the target's pass kind. A float32 `like` returns `linear` itself."""
+    if isinstance(like, MixedLinear):
+        return MixedLinear(linear, like.kind)
+    form = next((form for form in (Fp16Linear, Bf16Linear) if isinstance(like, form)), None)
+    return linear if form is None else form(linear)
+
+
 def fp16_available(model: Model) -> bool:
     """Whether fp16 weights run here: a float32 model on the CPU, and a torch build with fbgemm (x86)."""
     return _cpu_float32(model) and "fbgemm" in torch.backends.quantized.supported_engines

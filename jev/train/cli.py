@@ -230,7 +230,8 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
     eagle = EagleSettings(target=Path(), texts=[], out=Path())
     parser.add_argument(
         "--vocab-size", type=int, default=eagle.vocab_size,
-        help="(eagle) the most frequent tokens of the text the drafter drafts (default: %(default)s)",
+        help="(dspark, eagle) the most frequent tokens of the text the drafter drafts over; dspark: the target's "
+        "vocabulary size or more for all of it (default: %(default)s)",
     )
     parser.add_argument(
         "--feature-weight", type=float, default=eagle.feature_weight,
@@ -257,7 +258,10 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
 # The options each drafter kind reads besides the shared ones; another kind's option is refused.
 _KIND_OPTIONS = {
     "autoregressive": {"layers", "hidden_size"},
-    "dspark": {"layers", "hidden_size", "positions", "markov_rank", "no_markov", "anchors", "weights", "precision"},
+    "dspark": {
+        "layers", "hidden_size", "positions", "markov_rank", "no_markov", "anchors", "vocab_size", "weights",
+        "precision",
+    },
     "eagle": {"vocab_size", "feature_weight", "weights", "precision"},
 }
 
@@ -301,8 +305,8 @@ def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
         markov_rank=0 if args.no_markov else args.markov_rank,
     )
     settings = DSparkSettings(
-        config=config, anchors=args.anchors, weights=args.weights, autocast=resolve_autocast(args.precision),
-        **_shared(args),
+        config=config, anchors=args.anchors, vocab_size=args.vocab_size, weights=args.weights,
+        autocast=resolve_autocast(args.precision), **_shared(args),
     )
     print(f"wrote the DSpark drafter to {distill_dspark(settings)}")
     return 0

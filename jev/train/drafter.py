@@ -84,6 +84,15 @@ class DistillSettings:
         save_tokenizer(tokenizer, Path(self.out), load_tokenizer_config(Path(self.target)))
 
 
+def frequent_tokens(blocks: torch.Tensor, n: int, vocab_size: int) -> torch.Tensor:
+    """The `n` most frequent ids of `blocks` (ties to the lower id), increasing; `n <= vocab_size`."""
+    if not 0 < n <= vocab_size:
+        raise ValueError(f"the drafter's vocabulary must hold 1 to {vocab_size} tokens, not {n}")
+    counts = torch.bincount(blocks.flatten().long(), minlength=vocab_size).double()
+    counts -= torch.arange(vocab_size, dtype=torch.float64) / vocab_size  # a lower id wins a tie
+    return counts.topk(n).indices.sort().values
+
+
 @dataclass(kw_only=True)
 class DrafterSettings(DistillSettings):
     """One autoregressive distillation run. `config` is the drafter's architecture (see `drafter_config`)."""

@@ -37,7 +37,7 @@ from jev.model.precision import bfloat16_autocast, native_bfloat16
 from jev.model.weights import Weights, store_weights
 from jev.train.blocks import TokenBlocks
 from jev.train.corpus import describe_source
-from jev.train.drafter import DistillSettings
+from jev.train.drafter import DistillSettings, frequent_tokens
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.provenance import git_commit
 
@@ -45,10 +45,14 @@ from jev.train.provenance import git_commit
 @dataclass(kw_only=True)
 class DSparkSettings(DistillSettings):
     """One DSpark distillation run: `config` is the drafter's shape, `anchors` the drafted blocks trained
-    per text block and step, `calibration_stride` the spacing of held-out anchors."""
+    per text block and step, `calibration_stride` the spacing of held-out anchors, `vocab_size` the
+    most frequent training tokens it drafts over (`jev.generate.drafters.vocabulary`; the target's
+    vocabulary size or more: all of it). It trains against the whole vocabulary; the vocabulary is
+    fixed before its confidence head is calibrated."""
 
     config: DSparkConfig
     anchors: int = 16
+    vocab_size: int = 8192
     calibration_blocks: int = 64
     calibration_stride: int = 4
     # The target's stored weights for its one-off pass and the calibration (`jev.model.weights`), and
@@ -58,7 +62,7 @@ class DSparkSettings(DistillSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("anchors", "calibration_blocks", "calibration_stride"):
+        for name in ("anchors", "calibration_blocks", "calibration_stride", "vocab_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.block_size <= self.config.positions:
@@ -231,7 +235,10 @@ def distill_dspark(settings: DSparkSettings) -> Path:
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(kl.detach()))
         acceptance.append(label)
-    drafter = DSparkDrafter(head.eval(), target)
+    vocab = None
+    if settings.vocab_size < target.config.vocab_size:
+        vocab = frequent_tokens(data.train, settings.vocab_size, target.config.vocab_size)
+    drafter = DSparkDrafter(head.eval(), target, vocab=vocab)
     report = calibrate(
         drafter, data.held_out[: settings.calibration_blocks, :-1], settings.calibration_stride, settings.seed
     )
@@ -257,6 +264,7 @@ def _provenance(
         "block_size": settings.block_size,
         "batch_size": settings.batch_size,
         "anchors": settings.anchors,
+        "vocab_size": min(settings.vocab_size, settings.config.vocab_size),
         "lr": settings.lr,
         "seed": settings.seed,
         "weights": settings.weights,

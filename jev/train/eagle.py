@@ -27,7 +27,7 @@ from jev.model import Model
 from jev.model.precision import bfloat16_autocast, native_bfloat16
 from jev.model.weights import Weights, store_weights
 from jev.train.corpus import describe_source
-from jev.train.drafter import DistillSettings
+from jev.train.drafter import DistillSettings, frequent_tokens
 from jev.train.dspark import StepStates, target_states
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.provenance import git_commit
@@ -51,15 +51,6 @@ class EagleSettings(DistillSettings):
         super().__post_init__()
         if self.vocab_size <= 0 or self.held_out_blocks <= 0 or self.feature_weight < 0:
             raise ValueError("vocab_size and held_out_blocks must be positive, feature_weight >= 0")
-
-
-def frequent_tokens(blocks: torch.Tensor, n: int, vocab_size: int) -> torch.Tensor:
-    """The `n` most frequent ids of `blocks` (ties to the lower id), increasing; `n <= vocab_size`."""
-    if not 0 < n <= vocab_size:
-        raise ValueError(f"the drafter's vocabulary must hold 1 to {vocab_size} tokens, not {n}")
-    counts = torch.bincount(blocks.flatten().long(), minlength=vocab_size).double()
-    counts -= torch.arange(vocab_size, dtype=torch.float64) / vocab_size  # a lower id wins a tie
-    return counts.topk(n).indices.sort().values
 
 
 def init_from_target(net: EagleNet, target: Model) -> None:

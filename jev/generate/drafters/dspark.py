@@ -8,11 +8,13 @@ vocabulary-sized table of its own. The only sequential part of drafting is then 
 per position, not K network passes. A confidence head estimates each position's acceptance from
 what exists before x_j is drawn (its state, x_{j-1} and q_j); the survival estimate is the running
 product, passed through an isotonic map fitted on held-out acceptance outcomes. The map is
-monotone, so survival stays non-increasing.
+monotone, so survival stays non-increasing. A drafter may draft over a vocabulary of the frequent
+tokens of its training text only, through the target's LM head rows for them
+(`jev.generate.drafters.vocabulary`): a fraction of the head's cost, q zero elsewhere.
 
 The drafter keeps no cache: all it reads is the target's state, which `generate` hands over with
 `observe` after the prefill and after every verify pass. Its folder: `drafter.json` (kind "dspark"
-and the training provenance), `dspark.json` (architecture and calibration numbers) and
+and the training provenance), `dspark.json` (architecture, calibration numbers, vocabulary) and
 `dspark.safetensors` (its own weights only; the embedding and lm_head stay the target's).
 """
 
@@ -30,6 +32,7 @@ from torch import nn
 from jev.calibration.calibrators import IsotonicCalibration
 from jev.generate.accept import SamplingSettings, sample_from, warp
 from jev.generate.drafters.protocol import DRAFTER_FILE, Draft
+from jev.generate.drafters.vocabulary import VocabularyHead
 from jev.model import Model, ModelConfig
 from jev.model.checkpoint import read_safetensors
 from jev.model.mlp import MLP
@@ -149,7 +152,13 @@ class DSparkHead(nn.Module):
 class DSparkDrafter:
     """Drafts `K <= config.positions` tokens per round from the target's hidden state, in one pass."""
 
-    def __init__(self, head: DSparkHead, target: Model, calibration: IsotonicCalibration | None = None) -> None:
+    def __init__(
+        self,
+        head: DSparkHead,
+        target: Model,
+        calibration: IsotonicCalibration | None = None,
+        vocab: torch.Tensor | None = None,
+    ) -> None:
         config = head.config
         if (config.hidden_size, config.vocab_size) != (target.config.hidden_size, target.config.vocab_size):
             raise ValueError(
@@ -159,6 +168,8 @@ class DSparkDrafter:
         self.head = head.eval()
         self.target = target
         self.calibration = calibration
+        # q over the target's whole vocabulary, or over `vocab` alone (`jev.generate.drafters.vocabulary`)
+        self.vocabulary = None if vocab is None else VocabularyHead(target, vocab)
         self.passes = 0
         self._hidden = torch.zeros(0, config.hidden_size, dtype=target.dtype, device=target.device)
 
@@ -174,11 +185,12 @@ class DSparkDrafter:
         saved = json.loads((path / CONFIG_FILE).read_text())
         head = DSparkHead(DSparkConfig(**saved["config"]))
         head.load_state_dict(read_safetensors(path / WEIGHTS_FILE))
-        calibration = saved.get("survival_calibration")
+        calibration, vocab = saved.get("survival_calibration"), saved.get("vocab")
         return cls(
             head.to(target.device, target.dtype),
             target,
             IsotonicCalibration.from_dict(calibration) if calibration else None,
+            None if vocab is None else torch.tensor(vocab),
         )
 
     def save(self, path: str | Path, provenance: dict[str, Any] | None = None) -> Path:
@@ -190,6 +202,7 @@ class DSparkDrafter:
         saved = {
             "config": asdict(self.head.config),
             "survival_calibration": self.calibration.to_dict() if self.calibration else None,
+            "vocab": None if self.vocabulary is None else self.vocabulary.vocab.tolist(),
         }
         (path / CONFIG_FILE).write_text(json.dumps(saved, indent=2) + "\n")
         (path / DRAFTER_FILE).write_text(json.dumps({"kind": "dspark", **(provenance or {})}, indent=2) + "\n")
@@ -223,8 +236,9 @@ class DSparkDrafter:
         """`K = uniforms.shape[1]` drafts after `pending [B]`, given the target state `hidden [B, D]` before it.
 
         x_j is drawn with `sample_from(q_j, uniforms[:, j])`, q_j = warp(lm_head(output_j + Markov(x_{j-1})))
-        with the request's settings; survival entry j is fixed before that draw. Without a Markov head
-        the K positions go through the lm_head as one product.
+        with the request's settings, over the drafter's vocabulary when it has one (then its index in
+        the vocabulary is drawn, and q_j is zero outside it); survival entry j is fixed before that
+        draw. Without a Markov head the K positions go through the lm_head as one product.
         """
         k = uniforms.shape[1]
         if not 1 <= k <= self.max_draft_len:
@@ -232,7 +246,8 @@ class DSparkDrafter:
         device = self.target.device
         previous = self.target.embed(pending.to(device))
         states = self.head.block(hidden.to(device), previous)[:, :k]
-        outputs, lm_head = self.head.decode(states), self.target.lm_head
+        outputs = self.head.decode(states)
+        lm_head = self.target.lm_head if self.vocabulary is None else self.vocabulary
         parallel = None if self.head.markov else self.head.logits(outputs, previous, lm_head)
         self.passes += 1
         tokens, probs, acceptance = [], [], []
@@ -241,6 +256,8 @@ class DSparkDrafter:
             acceptance.append(torch.sigmoid(self.head.acceptance_logit(states[:, j], previous, logits).double()))
             q = warp(logits, settings)
             token = sample_from(q, uniforms[:, j].to(device))
+            if self.vocabulary is not None:
+                token, q = self.vocabulary.vocab[token], self.vocabulary.spread(q)
             previous = self.target.embed(token) if self.head.markov else previous
             tokens.append(token)
             probs.append(q)

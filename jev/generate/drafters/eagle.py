@@ -28,6 +28,7 @@ from torch import nn
 
 from jev.generate.accept import SamplingSettings, sample_from, warp
 from jev.generate.drafters.protocol import DRAFTER_FILE, Draft
+from jev.generate.drafters.vocabulary import spread, target_head_rows
 from jev.model import Model, ModelConfig
 from jev.model.checkpoint import read_safetensors
 from jev.model.weights import store_weights
@@ -52,16 +53,6 @@ def eagle_config(target: ModelConfig, vocab_size: int) -> ModelConfig:
         tie_word_embeddings=True,
         index_topk=target.max_position_embeddings,
     )
-
-
-def target_head_rows(target: Model, vocab: torch.Tensor) -> torch.Tensor:
-    """The target's LM head rows for `vocab` `[N, D]`: its embedding's rows when tied, else the head's
-    product with the identity (its weights in whatever form `jev.model.weights` stored them)."""
-    if target.config.tie_word_embeddings:
-        return target.backbone.embed_tokens.weight[vocab]
-    with torch.no_grad():
-        identity = torch.eye(target.config.hidden_size, dtype=target.dtype, device=target.device)
-        return target.lm_head(identity).T[vocab]
 
 
 class EagleNet(nn.Module):
@@ -199,7 +190,5 @@ class EagleDrafter:
 
     def _distribution(self, features: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
         """q `[B, V]`: the request's warp of the layer's head over `vocab`, zero elsewhere."""
-        small = warp(self.net.layer.lm_head(features), settings)
-        full = small.new_zeros(len(small), self.target.config.vocab_size)
-        return full.index_copy_(1, self.net.vocab.to(full.device), small)
+        return spread(warp(self.net.layer.lm_head(features), settings), self.net.vocab, self.target.config.vocab_size)
 
