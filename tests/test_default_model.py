@@ -62,6 +62,7 @@ def test_the_shipped_drafter_is_lossless_on_the_shipped_model() -> None:
     """Greedy subject lines drafted by the shipped DSpark drafter (every round, fixed length) equal plain decoding."""
     drafting = Decider.load(MODEL)
     assert isinstance(drafting.drafter, DSparkDrafter)
+    assert drafting.drafter.vocabulary is not None, "it drafts over its training text's frequent tokens"
     drafting.policy = FixedLength()
     plain = Decider.load(MODEL, speculative=False)
     mails = [MAIL, {"body": "Congratulations! You won a free cruise. Reply now to claim it."}]
