@@ -29,6 +29,8 @@ realised acceptance). Reported:
   distribution, not the same draws), so a group's time follows its longest sample, and speed-ups
   compare different texts;
   greedy runs write the same text under every policy;
+- every policy's caches have the same room, for the longest draft length: a cache's size (its
+  layout in memory) can move a run's speed, which the policies should not differ by;
 - ms/round: the first run's wall time per target pass, that is, per round (drafting, the verify
   pass and the accept rule): what a round costs, apart from the tokens it yields.
 
@@ -102,15 +104,17 @@ def run(
     draft_len: int,
     policy: VerifyPolicy | None,
     stop: frozenset[int] = frozenset(),
+    room: int = 0,
 ) -> dict[str, Any]:
-    """Decode each group of prompts in turn; rates and counters over all groups together."""
+    """Decode each group of prompts in turn; rates and counters over all groups together. The caches
+    hold the prompts, the new tokens and `room` drafts more (at least `draft_len`)."""
     wall, emitted, stats = 0.0, 0, []
     for prompts in groups:
         # The prompts are read first and not timed: a subject line is a few tokens after a prompt
         # of a hundred or more, and a run whose samples stop sooner would otherwise spread the same
         # prefill over fewer tokens.
         with torch.no_grad():
-            state = TargetState.prefill(target, prompts, max(map(len, prompts)) + new_tokens + draft_len + 1)
+            state = TargetState.prefill(target, prompts, max(map(len, prompts)) + new_tokens + max(room, draft_len) + 1)
         started = time.perf_counter()
         out = generate(
             target,
@@ -225,7 +229,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             for name in order if repeat % 2 == 0 else order[::-1]:
                 policy_drafter, k, policy = policies[name]
-                r = run(target, groups, args.new_tokens, args.temperature, policy_drafter, k, policy, stop)
+                r = run(target, groups, args.new_tokens, args.temperature, policy_drafter, k, policy, stop, longest)
                 runs.setdefault(name, r)
                 rates[name].append(r["tokens_per_second"])
         for name, r in runs.items():
