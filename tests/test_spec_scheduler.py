@@ -215,8 +215,32 @@ def test_observed_acceptance_overrides_the_drafters_optimism() -> None:
         scheduler.record(torch.tensor([2, 0]), torch.tensor([0, 0]))
     assert scheduler.verified_at.tolist() == [8.0, 8.0] and scheduler.accepted_at.tolist() == [0.0, 0.0]
     fresh = measured([0.9, 0.8], 0.1)
-    fresh.verified_at, fresh.accepted_at = scheduler.verified_at, scheduler.accepted_at
+    fresh.verified_at, fresh.accepted_at, fresh.measured_at = (
+        scheduler.verified_at, scheduler.accepted_at, scheduler.measured_at
+    )
     assert fresh.draft_depth(on(1), 2) == 0
+
+
+def test_a_measured_position_keeps_its_rate_as_its_counts_fade() -> None:
+    """Position 2 of a drafter claiming (0.9, 0.8) held 1 in 10 over 20 rounds; then 20 rounds verify
+    position 1 only, and its count fades below MIN_OUTCOMES. Its measured rate still rules: the width
+    stays at 1, where on the claims alone it opens 2 (2.7 tokens in 1.4 s beat 1.9 in 1.2 s)."""
+    profile = VerifyProfile.by_positions((1, 2, 3), (1.0, 1 / 1.2, 1 / 1.4))
+    claims = torch.tensor([[0.9, 0.8]], dtype=torch.float64)
+    assert LoadAwareScheduler(profile).verify_lengths(claims, on(1)).tolist() == [2]
+    scheduler = LoadAwareScheduler(profile)
+    history = ([1] + [0] * 9) * 2
+    for held in history:
+        scheduler.verify_lengths(claims, on(1))
+        scheduler.record(torch.tensor([2]), torch.tensor([1 + held]))
+    for _ in range(20):
+        assert scheduler.verify_lengths(claims[:, :1], on(1)).tolist() == [1]
+        scheduler.record(torch.tensor([1]), torch.tensor([1]))
+    assert scheduler.verified_at[1] < LoadAwareScheduler.MIN_OUTCOMES <= scheduler.verified_at[0]
+    assert scheduler.verify_lengths(claims, on(1)).tolist() == [1]
+    weights = [LoadAwareScheduler.MEMORY ** (len(history) - 1 - i) for i in range(len(history))]
+    observed = sum(w * h for w, h in zip(weights, history, strict=True)) / sum(weights)
+    assert float(scheduler._expected_survival(2)[1]) == pytest.approx(observed)
 
 
 def test_drafting_time_by_depth_is_interpolated_between_measured_depths() -> None:

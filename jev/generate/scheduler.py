@@ -161,7 +161,8 @@ class LoadAwareScheduler:
     per kind went stale for the kind not chosen, and held the choice). Those measurements and the
     acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
     against how many the drafter's survival estimates predicted, over about the last ten verified
-    rounds (MEMORY); its estimates alone until a position has been verified MIN_OUTCOMES times)
+    rounds (MEMORY); its estimates alone until a position has been verified MIN_OUTCOMES times, and
+    from then on the measured rate, even once the fading counts fall below that)
     decide how deep the next round drafts, if at all; the first round, with nothing measured, is
     optimistic, and now and then a plain run is broken by a one-token probe (PROBE_SHARE). All of
     it comes from past rounds, so no verify decision depends on the tokens it decides about.
@@ -190,6 +191,11 @@ class LoadAwareScheduler:
         self.verified_at = torch.zeros(0, dtype=torch.float64)
         self.accepted_at = torch.zeros(0, dtype=torch.float64)
         self.estimated_at = torch.zeros(0, dtype=torch.float64)
+        # Per draft position: whether it has ever been verified MIN_OUTCOMES times. The counts fade
+        # (MEMORY) and a position a round rarely verifies falls below MIN_OUTCOMES again after a
+        # round or two; its measured rate (a ratio of counts that fade alike) stays in force, where
+        # going back to the drafter's claims re-opened it to verify until the count was made up.
+        self.measured_at = torch.zeros(0, dtype=torch.bool)
         self._mark: tuple[int, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
 
@@ -249,6 +255,7 @@ class LoadAwareScheduler:
         positions = torch.arange(width).view(1, -1)
         self.verified_at[:width] += (positions < n_verified.cpu().view(-1, 1)).sum(0)
         self.accepted_at[:width] += (positions < n_accepted.cpu().view(-1, 1)).sum(0)
+        self.measured_at |= self.verified_at >= self.MIN_OUTCOMES
 
     def _forget(self) -> None:
         """Before a verified round is counted, the counts so far weigh MEMORY as much: acceptance is
@@ -266,6 +273,7 @@ class LoadAwareScheduler:
             self.verified_at = torch.cat((self.verified_at, zeros))
             self.accepted_at = torch.cat((self.accepted_at, zeros))
             self.estimated_at = torch.cat((self.estimated_at, zeros))
+            self.measured_at = torch.cat((self.measured_at, torch.zeros(grow, dtype=torch.bool)))
 
     def _calibrated(self, survival: torch.Tensor) -> torch.Tensor:
         """`survival [n, K]` scaled, per position verified MIN_OUTCOMES times, by how many drafts were
@@ -273,7 +281,7 @@ class LoadAwareScheduler:
         that claims 0.6 where 0.2 holds opens no width on its claim."""
         seen = min(survival.shape[1], len(self.verified_at))
         factor = torch.ones(survival.shape[1], dtype=torch.float64)
-        counted = (self.verified_at[:seen] >= self.MIN_OUTCOMES) & (self.estimated_at[:seen] > 0)
+        counted = self.measured_at[:seen] & (self.estimated_at[:seen] > 0)
         ratio = self.accepted_at[:seen] / self.estimated_at[:seen].clamp(min=1e-12)
         factor[:seen] = torch.where(counted, ratio, factor[:seen])
         return (survival * factor).clamp(max=1.0)
@@ -288,15 +296,15 @@ class LoadAwareScheduler:
 
     def _expected_survival(self, depth: int) -> torch.Tensor:
         """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
-        MIN_OUTCOMES times, else the drafter's last estimates, else 1."""
+        MIN_OUTCOMES times (`measured_at`), else the drafter's last estimates, else 1."""
         estimate = torch.ones(depth, dtype=torch.float64)
         if self.expected_survival is None:
             return estimate
         known = min(depth, len(self.expected_survival))
         estimate[:known] = self.expected_survival[:known]
         seen = min(depth, len(self.verified_at))
-        counted = self.verified_at[:seen] >= self.MIN_OUTCOMES
-        observed = self.accepted_at[:seen] / self.verified_at[:seen].clamp(min=1)
+        counted = self.measured_at[:seen]
+        observed = self.accepted_at[:seen] / self.verified_at[:seen].clamp(min=1e-12)
         estimate[:seen] = torch.where(counted, observed, estimate[:seen])
         return estimate
 
