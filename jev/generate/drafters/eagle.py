@@ -28,7 +28,7 @@ from torch import nn
 
 from jev.generate.accept import SamplingSettings, sample_from, warp
 from jev.generate.drafters.protocol import DRAFTER_FILE, Draft
-from jev.generate.drafters.vocabulary import spread, target_head_rows
+from jev.generate.drafters.vocabulary import check_vocabulary, spread, target_head_rows
 from jev.model import Model, ModelConfig
 from jev.model.checkpoint import read_safetensors
 from jev.model.weights import store_weights
@@ -94,8 +94,7 @@ class EagleDrafter:
             raise ValueError(
                 f"the drafter reads hidden size {config.hidden_size}; the target has {target.config.hidden_size}"
             )
-        if int(net.vocab.max()) >= target.config.vocab_size:
-            raise ValueError(f"the drafter's vocabulary has ids past the target's {target.config.vocab_size}")
+        check_vocabulary(net.vocab, target.config.vocab_size)
         self.net = net.eval()
         self.target = target
         self.passes = 0
