@@ -27,6 +27,7 @@ from jev.train.dspark import (
     calibrate,
     dspark_loss,
     fit_survival_calibration,
+    kl_by_tenth,
     survival_ece,
     target_states,
 )
@@ -476,6 +477,8 @@ def test_drafter_command_distils_calibrates_and_drafts(trained: Path) -> None:
     provenance = json.loads((trained / "spark" / "drafter.json").read_text())
     assert provenance["kind"] == "dspark" and provenance["markov"] is True
     assert provenance["final_kl"] < 0.5 * provenance["first_kl"]
+    curve = provenance["kl_by_tenth"]
+    assert len(curve) == 10 and curve[0] > curve[-1]
     calibration = provenance["calibration"]
     assert calibration["anchors"] > 0 and 1 <= calibration["held_out_tau_t1"] <= 5
     assert not (trained / "spark" / "tokenizer.json").exists(), "it drafts in the target's vocabulary, through its head"
@@ -535,3 +538,12 @@ def test_a_given_cache_with_its_hidden_states_drafts_from_the_first_round(target
     )
     assert spec.tokens == plain.tokens
     assert spark.passes == spec.stats.target_passes, "every round drafted, the first one included"
+
+
+def test_kl_by_tenth_averages_each_tenth_of_the_steps() -> None:
+    losses = [float(i) for i in range(25)]
+    curve = kl_by_tenth(losses)
+    parts = [losses[0:2], losses[2:5], losses[5:8], losses[8:10], losses[10:12], losses[12:15], losses[15:18],
+             losses[18:20], losses[20:22], losses[22:25]]
+    assert curve == pytest.approx([sum(part) / len(part) for part in parts])
+    assert kl_by_tenth([3.0, 1.0]) == [3.0, 1.0]

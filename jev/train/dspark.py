@@ -222,7 +222,8 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     generator = torch.Generator().manual_seed(settings.seed)
     losses: list[float] = []
     acceptance: list[torch.Tensor] = []
-    for step in tqdm(range(settings.steps), desc="train drafter", unit="step"):
+    progress = tqdm(range(settings.steps), desc="train drafter", unit="step")
+    for step in progress:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, settings.lr, settings.warmup, settings.steps)
         blocks, hidden = states.step(step)
@@ -235,6 +236,8 @@ def distill_dspark(settings: DSparkSettings) -> Path:
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(kl.detach()))
         acceptance.append(label)
+        if step % 10 == 0:
+            progress.set_postfix(kl=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
     vocab = None
     if settings.vocab_size < target.config.vocab_size:
         vocab = frequent_tokens(data.train, settings.vocab_size, target.config.vocab_size)
@@ -244,6 +247,14 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     )
     drafter.save(settings.out, _provenance(settings, losses, acceptance, report, started))
     return Path(settings.out)
+
+
+def kl_by_tenth(losses: list[float]) -> list[float]:
+    """The mean KL over each tenth of the steps (fewer parts for a run under ten steps): whether a longer
+    run would still have gained."""
+    parts = min(10, len(losses))
+    bounds = [round(i * len(losses) / parts) for i in range(parts + 1)]
+    return [sum(losses[a:b]) / (b - a) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 def _provenance(
@@ -271,6 +282,7 @@ def _provenance(
         "autocast": settings.autocast,
         "first_kl": losses[0],
         "final_kl": sum(recent) / len(recent),
+        "kl_by_tenth": kl_by_tenth(losses),
         "train_acceptance_by_position_t1": recent_acceptance.tolist(),
         "calibration": calibration,
         "wall_seconds": time.perf_counter() - started,
