@@ -160,16 +160,20 @@ class LoadAwareScheduler:
     prediction for that number of sequences (one ratio for drafted and plain rounds: a ratio kept
     per kind went stale for the kind not chosen, and held the choice). Those measurements and the
     acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
-    against how many the drafter's survival estimates predicted, over about the last ten verified
-    rounds (MEMORY); its estimates alone until a position has been verified MIN_OUTCOMES times, and
-    from then on the measured rate, even once the fading counts fall below that)
+    against how many the drafter's survival estimates predicted, over about the last WINDOW drafts
+    verified there; its estimates alone until a position has been verified MIN_OUTCOMES times)
     decide how deep the next round drafts, if at all; the first round, with nothing measured, is
     optimistic, and now and then a plain run is broken by a one-token probe (PROBE_SHARE). All of
     it comes from past rounds, so no verify decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
-    MEMORY = 0.9
+    # Each draft verified at position j weighs 1 - 1 / WINDOW as much per later draft verified there.
+    # Per draft, not per round: at one sequence a round verifies one draft, and measured over the
+    # last ten rounds (a fade of 0.9 a round, before 2026-12-05) a first draft that holds 37% of the
+    # time reads as little as 11% after a few misses in a row (`tests/test_spec_scheduler.py`), below
+    # what a drafted round needs to pay; the scheduler then decoded plainly until a probe drafted.
+    WINDOW = 32
     # Once the plain rounds since the drafter last ran took 1 / PROBE_SHARE times what drafting one
     # token takes, it runs once, one token deep: its survival estimates are learned only from rounds
     # that draft, and a drafter's chances change with the text (the lookup drafter's copies). Such
@@ -191,11 +195,6 @@ class LoadAwareScheduler:
         self.verified_at = torch.zeros(0, dtype=torch.float64)
         self.accepted_at = torch.zeros(0, dtype=torch.float64)
         self.estimated_at = torch.zeros(0, dtype=torch.float64)
-        # Per draft position: whether it has ever been verified MIN_OUTCOMES times. The counts fade
-        # (MEMORY) and a position a round rarely verifies falls below MIN_OUTCOMES again after a
-        # round or two; its measured rate (a ratio of counts that fade alike) stays in force, where
-        # going back to the drafter's claims re-opened it to verify until the count was made up.
-        self.measured_at = torch.zeros(0, dtype=torch.bool)
         self._mark: tuple[int, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
 
@@ -235,8 +234,7 @@ class LoadAwareScheduler:
             width = int(drops[0]) if len(drops) else survival.shape[1]
             self._remember_survival(rows.mean(0))
             self._grow(width)
-            if width:
-                self._forget()
+            self._forget(width, int(active.sum()))
             self.estimated_at[:width] += rows[:, :width].sum(0)
         if self._draft_started is not None:
             started, rows, depth = self._draft_started
@@ -255,15 +253,17 @@ class LoadAwareScheduler:
         positions = torch.arange(width).view(1, -1)
         self.verified_at[:width] += (positions < n_verified.cpu().view(-1, 1)).sum(0)
         self.accepted_at[:width] += (positions < n_accepted.cpu().view(-1, 1)).sum(0)
-        self.measured_at |= self.verified_at >= self.MIN_OUTCOMES
 
-    def _forget(self) -> None:
-        """Before a verified round is counted, the counts so far weigh MEMORY as much: acceptance is
-        measured over about the last 1 / (1 - MEMORY) verified rounds, so it follows the texts now
-        being written (a service's traffic, a batch of other prompts) instead of all it has seen."""
-        self.verified_at *= self.MEMORY
-        self.accepted_at *= self.MEMORY
-        self.estimated_at *= self.MEMORY
+    def _forget(self, width: int, rows: int) -> None:
+        """Before a round in which `rows` sequences verify `width` drafts is counted, the counts of
+        positions 1..width so far weigh (1 - 1 / WINDOW)^rows as much: acceptance at a position is
+        measured over about its last WINDOW verified drafts, so it follows the texts now being
+        written (a service's traffic, a batch of other prompts) instead of all it has seen. A position
+        no round verifies keeps its counts, and with them its measured rate."""
+        fade = (1.0 - 1.0 / self.WINDOW) ** rows
+        self.verified_at[:width] *= fade
+        self.accepted_at[:width] *= fade
+        self.estimated_at[:width] *= fade
 
     def _grow(self, width: int) -> None:
         """Room in the per-position counts for `width` positions."""
@@ -273,7 +273,6 @@ class LoadAwareScheduler:
             self.verified_at = torch.cat((self.verified_at, zeros))
             self.accepted_at = torch.cat((self.accepted_at, zeros))
             self.estimated_at = torch.cat((self.estimated_at, zeros))
-            self.measured_at = torch.cat((self.measured_at, torch.zeros(grow, dtype=torch.bool)))
 
     def _calibrated(self, survival: torch.Tensor) -> torch.Tensor:
         """`survival [n, K]` scaled, per position verified MIN_OUTCOMES times, by how many drafts were
@@ -281,7 +280,7 @@ class LoadAwareScheduler:
         that claims 0.6 where 0.2 holds opens no width on its claim."""
         seen = min(survival.shape[1], len(self.verified_at))
         factor = torch.ones(survival.shape[1], dtype=torch.float64)
-        counted = self.measured_at[:seen] & (self.estimated_at[:seen] > 0)
+        counted = (self.verified_at[:seen] >= self.MIN_OUTCOMES) & (self.estimated_at[:seen] > 0)
         ratio = self.accepted_at[:seen] / self.estimated_at[:seen].clamp(min=1e-12)
         factor[:seen] = torch.where(counted, ratio, factor[:seen])
         return (survival * factor).clamp(max=1.0)
@@ -296,14 +295,15 @@ class LoadAwareScheduler:
 
     def _expected_survival(self, depth: int) -> torch.Tensor:
         """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
-        MIN_OUTCOMES times (`measured_at`), else the drafter's last estimates, else 1."""
+        MIN_OUTCOMES times, else the drafter's last estimates, else 1. (Once reached, a count stays at
+        MIN_OUTCOMES or more: it fades only as drafts are verified there, by less than they add.)"""
         estimate = torch.ones(depth, dtype=torch.float64)
         if self.expected_survival is None:
             return estimate
         known = min(depth, len(self.expected_survival))
         estimate[:known] = self.expected_survival[:known]
         seen = min(depth, len(self.verified_at))
-        counted = self.measured_at[:seen]
+        counted = self.verified_at[:seen] >= self.MIN_OUTCOMES
         observed = self.accepted_at[:seen] / self.verified_at[:seen].clamp(min=1e-12)
         estimate[:seen] = torch.where(counted, observed, estimate[:seen])
         return estimate

@@ -17,6 +17,7 @@ outcomes is fitted on every other anchor and its ECE reported on the rest; it is
 drafter as plain numbers.
 """
 
+import itertools
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -254,7 +255,7 @@ def kl_by_tenth(losses: list[float]) -> list[float]:
     run would still have gained."""
     parts = min(10, len(losses))
     bounds = [round(i * len(losses) / parts) for i in range(parts + 1)]
-    return [sum(losses[a:b]) / (b - a) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [sum(losses[a:b]) / (b - a) for a, b in itertools.pairwise(bounds)]
 
 
 def _provenance(
