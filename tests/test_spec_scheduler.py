@@ -143,12 +143,12 @@ def measured(
 ) -> LoadAwareScheduler:
     """A scheduler on a flat profile (1 pass/s) that has measured rounds like these (drafting as deep
     as `survival`, at `draft_seconds_per_token` a token; rounds of `rows` sequences taking
-    `round_ratio` times their pass)."""
+    `round_ratio` times their pass, drafted or plain)."""
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
     scheduler.expected_survival = torch.tensor(survival, dtype=torch.float64)
     if draft_seconds_per_token:
         scheduler.draft_seconds = {rows: {len(survival): len(survival) * draft_seconds_per_token}}
-    scheduler.round_ratio[rows] = round_ratio
+    scheduler.round_ratio[(rows, True)] = scheduler.round_ratio[(rows, False)] = round_ratio
     return scheduler
 
 
@@ -180,8 +180,22 @@ def test_a_real_round_is_timed() -> None:
     assert set(scheduler.draft_seconds) == {1} and set(scheduler.draft_seconds[1]) == {2}
     assert scheduler.draft_seconds[1][2] > 0
     scheduler.record(torch.tensor([2]), torch.tensor([1]))
-    assert scheduler.round_ratio[1] < 1.0, "a microsecond round against a 1 s profile"
-    assert 2 not in scheduler.round_ratio
+    assert scheduler.round_ratio[(1, True)] < 1.0, "a microsecond round against a 1 s profile"
+    assert set(scheduler.round_ratio) == {(1, True)}, "a drafted round of one sequence, nothing else"
+    assert scheduler.draft_depth(on(1), 2) == 0, "drafted rounds are timed here, plain ones not yet"
+    scheduler.record(torch.tensor([0]), torch.tensor([0]))
+    assert set(scheduler.round_ratio) == {(1, True), (1, False)}
+
+
+def test_drafted_and_plain_rounds_weigh_their_own_overheads() -> None:
+    """Drafted rounds take twice their profiled pass, plain ones just theirs; drafting costs
+    nothing and the first draft holds half the time. 1.5 tokens in 2 s lose to 1 in 1 s; with one
+    ratio for both kinds (2 or 1 alike) the draft would look worth 1.5 tokens per second."""
+    scheduler = measured([0.5], 0.0)
+    scheduler.round_ratio[(1, True)] = 2.0
+    assert scheduler.draft_depth(on(1), 1) == 0
+    scheduler.round_ratio[(1, True)] = 1.2
+    assert scheduler.draft_depth(on(1), 1) == 1, "1.5 tokens in 1.2 s beat 1 in 1 s"
 
 
 def test_after_plain_rounds_worth_fifty_probes_the_drafter_drafts_a_token() -> None:

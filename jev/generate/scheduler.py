@@ -157,8 +157,11 @@ class LoadAwareScheduler:
     sequences, and how much longer a whole round (sampling filter, accept rule, bookkeeping) takes
     than the bare target pass. Each round it times itself: the drafter between `draft_depth` and
     `verify_lengths`, the target pass and the accept rule until `record`, against the profile's
-    prediction for that number of sequences (one ratio for drafted and plain rounds: a ratio kept
-    per kind went stale for the kind not chosen, and held the choice). Those measurements and the
+    prediction for that number of sequences, apart for rounds that verify drafts and rounds that do
+    not (a drafted round also samples, accepts and keeps books over its drafts, and its wider pass
+    can cost more than the profile's; one ratio for both, measured on whichever kind ran, made the
+    kind running look the cheaper: at four sequences on mail bodies it drafted every round at 0.78x
+    of plain decoding on 2026-12-05). Those measurements and the
     acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
     against how many the drafter's survival estimates predicted, over about the last WINDOW drafts
     verified there; its estimates alone until a position has been verified MIN_OUTCOMES times)
@@ -184,9 +187,10 @@ class LoadAwareScheduler:
         self.profile = profile
         # Measured seconds of drafting d tokens for B sequences: draft_seconds[B][d] (a running mean).
         self.draft_seconds: dict[int, dict[int, float]] = {}
-        # How much longer a whole round takes than its bare profiled pass, by number of sequences (a
-        # running mean over every round, drafted or plain; 1 until measured).
-        self.round_ratio: dict[int, float] = {}
+        # How much longer a whole round takes than its bare profiled pass, by number of sequences and
+        # whether it verified drafts (a running mean over such rounds; until measured, the other
+        # kind's, else 1).
+        self.round_ratio: dict[tuple[int, bool], float] = {}
         # Expected seconds of the plain rounds since the drafter last ran.
         self.plain_seconds = 0.0
         self.expected_survival: torch.Tensor | None = None
@@ -213,6 +217,8 @@ class LoadAwareScheduler:
         probe = float(self._drafting_seconds(1, rows)[1])  # a drafter never run at B is never probed
         if depth == 0 and self.draft_seconds.get(rows) and self.plain_seconds * self.PROBE_SHARE >= probe:
             depth = 1
+        if depth and (rows, True) in self.round_ratio and (rows, False) not in self.round_ratio:
+            depth = 0  # once drafted rounds are timed at this size, a plain one is, to weigh them against
         if depth:
             self.plain_seconds = 0.0
             self._draft_started = (time.perf_counter(), rows, depth)
@@ -316,7 +322,9 @@ class LoadAwareScheduler:
         n, k = survival.shape
         widths = torch.arange(k + 1, dtype=torch.float64)
         tokens = n + torch.cat((torch.zeros(1, dtype=torch.float64), survival.sum(0).cumsum(0)))
-        seconds = self.round_ratio.get(rows, 1.0) * self.profile.pass_seconds(rows, 1 + widths)
+        ratios = torch.full((k + 1,), self._ratio(rows, drafted=True), dtype=torch.float64)
+        ratios[0] = self._ratio(rows, drafted=False)
+        seconds = ratios * self.profile.pass_seconds(rows, 1 + widths)
         if drafting:
             seconds[1:] += self._drafting_seconds(k, rows)[1:]
         return tokens / seconds
@@ -341,15 +349,19 @@ class LoadAwareScheduler:
         below, above = depths * times[0] / known[0], depths * times[-1] / known[-1]
         return torch.where(depths < known[0], below, torch.where(depths > known[-1], above, between))
 
+    def _ratio(self, rows: int, drafted: bool) -> float:
+        """How much longer than its profiled pass a round of this kind takes at `rows` sequences."""
+        return self.round_ratio.get((rows, drafted), self.round_ratio.get((rows, not drafted), 1.0))
+
     def _start_round(self, rows: int, width: int) -> None:
         """A round of `rows` sequences verifying `width` drafts each begins: its pass is predicted now."""
         predicted = float(self.profile.pass_seconds(rows, torch.tensor([1 + width]))[0])
-        self._mark = (rows, time.perf_counter(), predicted)
+        self._mark = ((rows, width > 0), time.perf_counter(), predicted)
 
     def _finish_round(self) -> None:
-        """Fold the last round's measured time over the profile's prediction into the running ratio."""
+        """Fold the last round's measured time over the profile's prediction into its kind's running ratio."""
         if self._mark is not None:
-            rows, started, predicted = self._mark
+            kind, started, predicted = self._mark
             measured = (time.perf_counter() - started) / predicted
-            self.round_ratio[rows] = 0.5 * self.round_ratio.get(rows, 1.0) + 0.5 * measured
+            self.round_ratio[kind] = 0.5 * self.round_ratio.get(kind, measured) + 0.5 * measured
             self._mark = None
