@@ -157,26 +157,19 @@ class LoadAwareScheduler:
     sequences, and how much longer a whole round (sampling filter, accept rule, bookkeeping) takes
     than the bare target pass. Each round it times itself: the drafter between `draft_depth` and
     `verify_lengths`, the target pass and the accept rule until `record`, against the profile's
-    prediction for that number of sequences, apart for rounds that verify drafts and rounds that do
-    not (a drafted round also samples, accepts and keeps books over its drafts, and its wider pass
-    can cost more than the profile's; one ratio for both, measured on whichever kind ran, made the
-    kind running look the cheaper: at four sequences on mail bodies it drafted every round at 0.78x
-    of plain decoding on 2026-12-05). Those measurements and the
+    prediction for that number of sequences (one ratio for drafted and plain rounds: a ratio kept
+    per kind went stale for the kind not chosen, and held the choice). Those measurements and the
     acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
-    against how many the drafter's survival estimates predicted, over about the last WINDOW drafts
-    verified there; its estimates alone until a position has been verified MIN_OUTCOMES times)
+    against how many the drafter's survival estimates predicted, over about the last ten verified
+    rounds (MEMORY); its estimates alone until a position has been verified MIN_OUTCOMES times, and
+    from then on the measured rate, even once the fading counts fall below that)
     decide how deep the next round drafts, if at all; the first round, with nothing measured, is
     optimistic, and now and then a plain run is broken by a one-token probe (PROBE_SHARE). All of
     it comes from past rounds, so no verify decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
-    # Each draft verified at position j weighs 1 - 1 / WINDOW as much per later draft verified there.
-    # Per draft, not per round: at one sequence a round verifies one draft, and measured over the
-    # last ten rounds (a fade of 0.9 a round, before 2026-12-05) a first draft that holds 37% of the
-    # time reads as little as 11% after a few misses in a row (`tests/test_spec_scheduler.py`), below
-    # what a drafted round needs to pay; the scheduler then decoded plainly until a probe drafted.
-    WINDOW = 32
+    MEMORY = 0.9
     # Once the plain rounds since the drafter last ran took 1 / PROBE_SHARE times what drafting one
     # token takes, it runs once, one token deep: its survival estimates are learned only from rounds
     # that draft, and a drafter's chances change with the text (the lookup drafter's copies). Such
@@ -187,10 +180,9 @@ class LoadAwareScheduler:
         self.profile = profile
         # Measured seconds of drafting d tokens for B sequences: draft_seconds[B][d] (a running mean).
         self.draft_seconds: dict[int, dict[int, float]] = {}
-        # How much longer a whole round takes than its bare profiled pass, by number of sequences and
-        # whether it verified drafts (a running mean over such rounds; until measured, the other
-        # kind's, else 1).
-        self.round_ratio: dict[tuple[int, bool], float] = {}
+        # How much longer a whole round takes than its bare profiled pass, by number of sequences (a
+        # running mean over every round, drafted or plain; 1 until measured).
+        self.round_ratio: dict[int, float] = {}
         # Expected seconds of the plain rounds since the drafter last ran.
         self.plain_seconds = 0.0
         self.expected_survival: torch.Tensor | None = None
@@ -199,6 +191,11 @@ class LoadAwareScheduler:
         self.verified_at = torch.zeros(0, dtype=torch.float64)
         self.accepted_at = torch.zeros(0, dtype=torch.float64)
         self.estimated_at = torch.zeros(0, dtype=torch.float64)
+        # Per draft position: whether it has ever been verified MIN_OUTCOMES times. The counts fade
+        # (MEMORY) and a position a round rarely verifies falls below MIN_OUTCOMES again after a
+        # round or two; its measured rate (a ratio of counts that fade alike) stays in force, where
+        # going back to the drafter's claims re-opened it to verify until the count was made up.
+        self.measured_at = torch.zeros(0, dtype=torch.bool)
         self._mark: tuple[int, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
 
@@ -217,8 +214,6 @@ class LoadAwareScheduler:
         probe = float(self._drafting_seconds(1, rows)[1])  # a drafter never run at B is never probed
         if depth == 0 and self.draft_seconds.get(rows) and self.plain_seconds * self.PROBE_SHARE >= probe:
             depth = 1
-        if depth and (rows, True) in self.round_ratio and (rows, False) not in self.round_ratio:
-            depth = 0  # once drafted rounds are timed at this size, a plain one is, to weigh them against
         if depth:
             self.plain_seconds = 0.0
             self._draft_started = (time.perf_counter(), rows, depth)
@@ -240,7 +235,8 @@ class LoadAwareScheduler:
             width = int(drops[0]) if len(drops) else survival.shape[1]
             self._remember_survival(rows.mean(0))
             self._grow(width)
-            self._forget(width, int(active.sum()))
+            if width:
+                self._forget()
             self.estimated_at[:width] += rows[:, :width].sum(0)
         if self._draft_started is not None:
             started, rows, depth = self._draft_started
@@ -259,17 +255,15 @@ class LoadAwareScheduler:
         positions = torch.arange(width).view(1, -1)
         self.verified_at[:width] += (positions < n_verified.cpu().view(-1, 1)).sum(0)
         self.accepted_at[:width] += (positions < n_accepted.cpu().view(-1, 1)).sum(0)
+        self.measured_at |= self.verified_at >= self.MIN_OUTCOMES
 
-    def _forget(self, width: int, rows: int) -> None:
-        """Before a round in which `rows` sequences verify `width` drafts is counted, the counts of
-        positions 1..width so far weigh (1 - 1 / WINDOW)^rows as much: acceptance at a position is
-        measured over about its last WINDOW verified drafts, so it follows the texts now being
-        written (a service's traffic, a batch of other prompts) instead of all it has seen. A position
-        no round verifies keeps its counts, and with them its measured rate."""
-        fade = (1.0 - 1.0 / self.WINDOW) ** rows
-        self.verified_at[:width] *= fade
-        self.accepted_at[:width] *= fade
-        self.estimated_at[:width] *= fade
+    def _forget(self) -> None:
+        """Before a verified round is counted, the counts so far weigh MEMORY as much: acceptance is
+        measured over about the last 1 / (1 - MEMORY) verified rounds, so it follows the texts now
+        being written (a service's traffic, a batch of other prompts) instead of all it has seen."""
+        self.verified_at *= self.MEMORY
+        self.accepted_at *= self.MEMORY
+        self.estimated_at *= self.MEMORY
 
     def _grow(self, width: int) -> None:
         """Room in the per-position counts for `width` positions."""
@@ -279,6 +273,7 @@ class LoadAwareScheduler:
             self.verified_at = torch.cat((self.verified_at, zeros))
             self.accepted_at = torch.cat((self.accepted_at, zeros))
             self.estimated_at = torch.cat((self.estimated_at, zeros))
+            self.measured_at = torch.cat((self.measured_at, torch.zeros(grow, dtype=torch.bool)))
 
     def _calibrated(self, survival: torch.Tensor) -> torch.Tensor:
         """`survival [n, K]` scaled, per position verified MIN_OUTCOMES times, by how many drafts were
@@ -286,7 +281,7 @@ class LoadAwareScheduler:
         that claims 0.6 where 0.2 holds opens no width on its claim."""
         seen = min(survival.shape[1], len(self.verified_at))
         factor = torch.ones(survival.shape[1], dtype=torch.float64)
-        counted = (self.verified_at[:seen] >= self.MIN_OUTCOMES) & (self.estimated_at[:seen] > 0)
+        counted = self.measured_at[:seen] & (self.estimated_at[:seen] > 0)
         ratio = self.accepted_at[:seen] / self.estimated_at[:seen].clamp(min=1e-12)
         factor[:seen] = torch.where(counted, ratio, factor[:seen])
         return (survival * factor).clamp(max=1.0)
@@ -301,15 +296,14 @@ class LoadAwareScheduler:
 
     def _expected_survival(self, depth: int) -> torch.Tensor:
         """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
-        MIN_OUTCOMES times, else the drafter's last estimates, else 1. (Once reached, a count stays at
-        MIN_OUTCOMES or more: it fades only as drafts are verified there, by less than they add.)"""
+        MIN_OUTCOMES times (`measured_at`), else the drafter's last estimates, else 1."""
         estimate = torch.ones(depth, dtype=torch.float64)
         if self.expected_survival is None:
             return estimate
         known = min(depth, len(self.expected_survival))
         estimate[:known] = self.expected_survival[:known]
         seen = min(depth, len(self.verified_at))
-        counted = self.verified_at[:seen] >= self.MIN_OUTCOMES
+        counted = self.measured_at[:seen]
         observed = self.accepted_at[:seen] / self.verified_at[:seen].clamp(min=1e-12)
         estimate[:seen] = torch.where(counted, observed, estimate[:seen])
         return estimate
@@ -322,9 +316,7 @@ class LoadAwareScheduler:
         n, k = survival.shape
         widths = torch.arange(k + 1, dtype=torch.float64)
         tokens = n + torch.cat((torch.zeros(1, dtype=torch.float64), survival.sum(0).cumsum(0)))
-        ratios = torch.full((k + 1,), self._ratio(rows, drafted=True), dtype=torch.float64)
-        ratios[0] = self._ratio(rows, drafted=False)
-        seconds = ratios * self.profile.pass_seconds(rows, 1 + widths)
+        seconds = self.round_ratio.get(rows, 1.0) * self.profile.pass_seconds(rows, 1 + widths)
         if drafting:
             seconds[1:] += self._drafting_seconds(k, rows)[1:]
         return tokens / seconds
@@ -349,19 +341,15 @@ class LoadAwareScheduler:
         below, above = depths * times[0] / known[0], depths * times[-1] / known[-1]
         return torch.where(depths < known[0], below, torch.where(depths > known[-1], above, between))
 
-    def _ratio(self, rows: int, drafted: bool) -> float:
-        """How much longer than its profiled pass a round of this kind takes at `rows` sequences."""
-        return self.round_ratio.get((rows, drafted), self.round_ratio.get((rows, not drafted), 1.0))
-
     def _start_round(self, rows: int, width: int) -> None:
         """A round of `rows` sequences verifying `width` drafts each begins: its pass is predicted now."""
         predicted = float(self.profile.pass_seconds(rows, torch.tensor([1 + width]))[0])
-        self._mark = ((rows, width > 0), time.perf_counter(), predicted)
+        self._mark = (rows, time.perf_counter(), predicted)
 
     def _finish_round(self) -> None:
-        """Fold the last round's measured time over the profile's prediction into its kind's running ratio."""
+        """Fold the last round's measured time over the profile's prediction into the running ratio."""
         if self._mark is not None:
-            kind, started, predicted = self._mark
+            rows, started, predicted = self._mark
             measured = (time.perf_counter() - started) / predicted
-            self.round_ratio[kind] = 0.5 * self.round_ratio.get(kind, measured) + 0.5 * measured
+            self.round_ratio[rows] = 0.5 * self.round_ratio.get(rows, 1.0) + 0.5 * measured
             self._mark = None
