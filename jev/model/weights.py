@@ -33,7 +33,7 @@ sequences, never by the number of tokens, and a batched extension's block is fix
 sequences alone, so a generation's plain steps and verify passes multiply every row alike (the
 speculative path stays lossless, as on fp16; on bf16 a verified block and a plain step may part at
 such a near-tie). The products are not all of a pass, though: greedily, on the shipped model, a
-verify pass of four tokens and a plain step once broke an exact tie between two tokens differently
+verify pass of four tokens and a plain step once broke a tie between two tokens differently
 (`docs/benchmarks.md`, against llama.cpp).
 `auto` takes `mixed` where fbgemm and oneDNN run and the CPU has native bfloat16, fp16 where only
 fbgemm runs (x86), else float32. What each moves is measured on test decisions (`benchmarks/weights.py`).
