@@ -238,7 +238,7 @@ def distill_dspark(settings: DSparkSettings) -> Path:
         losses.append(float(kl.detach()))
         acceptance.append(label)
         if step % 10 == 0:
-            progress.set_postfix(kl=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
+            progress.set_postfix(kl=f"{recent_kl(losses):.3f}")
     vocab = None
     if settings.vocab_size < target.config.vocab_size:
         vocab = frequent_tokens(data.train, settings.vocab_size, target.config.vocab_size)
@@ -248,6 +248,11 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     )
     drafter.save(settings.out, _provenance(settings, losses, acceptance, report, started))
     return Path(settings.out)
+
+
+def recent_kl(losses: list[float]) -> float:
+    """The mean KL of the last 10 steps: what the progress bar shows and `drafter.json` keeps as final."""
+    return sum(losses[-10:]) / len(losses[-10:])
 
 
 def kl_by_tenth(losses: list[float]) -> list[float]:
@@ -265,7 +270,6 @@ def _provenance(
     calibration: dict[str, Any],
     started: float,
 ) -> dict[str, Any]:
-    recent = losses[-10:]
     recent_acceptance = torch.stack(acceptance[-10:]).mean(0)
     return {
         "target": str(settings.target),
@@ -282,7 +286,7 @@ def _provenance(
         "weights": settings.weights,
         "autocast": settings.autocast,
         "first_kl": losses[0],
-        "final_kl": sum(recent) / len(recent),
+        "final_kl": recent_kl(losses),
         "kl_by_tenth": kl_by_tenth(losses),
         "train_acceptance_by_position_t1": recent_acceptance.tolist(),
         "calibration": calibration,
