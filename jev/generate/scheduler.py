@@ -13,6 +13,7 @@ is drawn, so the decision to verify x_j never depends on x_j or later tokens (DS
 """
 
 import functools
+import itertools
 import statistics
 import time
 from collections.abc import Sequence
@@ -185,17 +186,19 @@ class LoadAwareScheduler:
         self.round_ratio: dict[int, float] = {}
         # Expected seconds of the plain rounds since the drafter last ran.
         self.plain_seconds = 0.0
-        self.expected_survival: torch.Tensor | None = None
+        self.expected_survival: list[float] | None = None
         # Per draft position j: how often it was verified, accepted, and the drafter's survival
-        # estimates summed over those verifications (what it predicted would be accepted).
-        self.verified_at = torch.zeros(0, dtype=torch.float64)
-        self.accepted_at = torch.zeros(0, dtype=torch.float64)
-        self.estimated_at = torch.zeros(0, dtype=torch.float64)
+        # estimates summed over those verifications (what it predicted would be accepted). Plain
+        # floats, as is all of a round's arithmetic here: a handful of numbers per position, which
+        # tensor ops made cost a few hundredths of a round at one sequence.
+        self.verified_at: list[float] = []
+        self.accepted_at: list[float] = []
+        self.estimated_at: list[float] = []
         # Per draft position: whether it has ever been verified MIN_OUTCOMES times. The counts fade
         # (MEMORY) and a position a round rarely verifies falls below MIN_OUTCOMES again after a
         # round or two; its measured rate (a ratio of counts that fade alike) stays in force, where
         # going back to the drafter's claims re-opened it to verify until the count was made up.
-        self.measured_at = torch.zeros(0, dtype=torch.bool)
+        self.measured_at: list[bool] = []
         self._mark: tuple[int, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
 
@@ -208,40 +211,42 @@ class LoadAwareScheduler:
         rows, n_active = len(active), int(active.sum())
         if n_active == 0 or draft_len == 0:
             return 0
-        survival = self._expected_survival(draft_len).expand(n_active, draft_len)
-        theta = self._throughput(survival, rows, drafting=True)
-        depth = int(theta.argmax())
-        probe = float(self._drafting_seconds(1, rows)[1])  # a drafter never run at B is never probed
+        survival = [n_active * s for s in self._expected_survival(draft_len)]
+        theta = self._throughput(survival, n_active, rows, drafting=True)
+        depth = max(range(len(theta)), key=theta.__getitem__)
+        probe = self._drafting_seconds(1, rows)[1]  # a drafter never run at B is never probed
         if depth == 0 and self.draft_seconds.get(rows) and self.plain_seconds * self.PROBE_SHARE >= probe:
             depth = 1
         if depth:
             self.plain_seconds = 0.0
             self._draft_started = (time.perf_counter(), rows, depth)
         else:
-            self.plain_seconds += n_active / float(theta[0])
+            self.plain_seconds += n_active / theta[0]
             self._start_round(rows, 0)
         return depth
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         """Every active row verifies the width at Θ's first drop, on the drafter's survival estimates
-        as calibrated by past rounds (`_calibrated`). Θ(w) reads survival up to column w only, whose
-        entries come before the drafts they decide about, so stopping at the first drop never lets
-        draft j's own value (through a later survival entry) decide whether j is verified."""
+        as calibrated by past rounds (`_calibrated_sums`). Θ(w) reads survival up to column w only,
+        whose entries come before the drafts they decide about, so stopping at the first drop never
+        lets draft j's own value (through a later survival entry) decide whether j is verified."""
         width = 0
         if bool(active.any()) and survival.shape[1]:
             rows = survival[active].to(torch.float64).cpu()
-            theta = self._throughput(self._calibrated(rows), len(active), drafting=False)
-            drops = (theta[1:] <= theta[:-1]).nonzero()
-            width = int(drops[0]) if len(drops) else survival.shape[1]
-            self._remember_survival(rows.mean(0))
+            n = rows.shape[0]
+            claimed = rows.sum(0).tolist()
+            theta = self._throughput(self._calibrated_sums(rows, claimed), n, len(active), drafting=False)
+            width = next((w for w in range(len(theta) - 1) if theta[w + 1] <= theta[w]), len(claimed))
+            self._remember_survival([c / n for c in claimed])
             self._grow(width)
             if width:
                 self._forget()
-            self.estimated_at[:width] += rows[:, :width].sum(0)
+            for j in range(width):
+                self.estimated_at[j] += claimed[j]
         if self._draft_started is not None:
-            started, rows, depth = self._draft_started
+            started, rows_drafted, depth = self._draft_started
             seconds = time.perf_counter() - started
-            at = self.draft_seconds.setdefault(rows, {})
+            at = self.draft_seconds.setdefault(rows_drafted, {})
             at[depth] = seconds if depth not in at else 0.5 * at[depth] + 0.5 * seconds
             self._draft_started = None
         self._start_round(len(active), width)
@@ -250,100 +255,108 @@ class LoadAwareScheduler:
     def record(self, n_verified: torch.Tensor, n_accepted: torch.Tensor) -> None:
         """Close the round's timing; count, per draft position, how often it was verified and accepted."""
         self._finish_round()
-        width = int(n_verified.max()) if n_verified.numel() else 0
+        verified, accepted = n_verified.tolist(), n_accepted.tolist()
+        width = max(verified, default=0)
         self._grow(width)
-        positions = torch.arange(width).view(1, -1)
-        self.verified_at[:width] += (positions < n_verified.cpu().view(-1, 1)).sum(0)
-        self.accepted_at[:width] += (positions < n_accepted.cpu().view(-1, 1)).sum(0)
-        self.measured_at |= self.verified_at >= self.MIN_OUTCOMES
+        for j in range(width):
+            self.verified_at[j] += sum(v > j for v in verified)
+            self.accepted_at[j] += sum(a > j for a in accepted)
+            self.measured_at[j] = self.measured_at[j] or self.verified_at[j] >= self.MIN_OUTCOMES
 
     def _forget(self) -> None:
         """Before a verified round is counted, the counts so far weigh MEMORY as much: acceptance is
         measured over about the last 1 / (1 - MEMORY) verified rounds, so it follows the texts now
         being written (a service's traffic, a batch of other prompts) instead of all it has seen."""
-        self.verified_at *= self.MEMORY
-        self.accepted_at *= self.MEMORY
-        self.estimated_at *= self.MEMORY
+        for counts in (self.verified_at, self.accepted_at, self.estimated_at):
+            counts[:] = [self.MEMORY * c for c in counts]
 
     def _grow(self, width: int) -> None:
         """Room in the per-position counts for `width` positions."""
         grow = width - len(self.verified_at)
         if grow > 0:
-            zeros = torch.zeros(grow, dtype=torch.float64)
-            self.verified_at = torch.cat((self.verified_at, zeros))
-            self.accepted_at = torch.cat((self.accepted_at, zeros))
-            self.estimated_at = torch.cat((self.estimated_at, zeros))
-            self.measured_at = torch.cat((self.measured_at, torch.zeros(grow, dtype=torch.bool)))
+            for counts in (self.verified_at, self.accepted_at, self.estimated_at):
+                counts += [0.0] * grow
+            self.measured_at += [False] * grow
 
-    def _calibrated(self, survival: torch.Tensor) -> torch.Tensor:
-        """`survival [n, K]` scaled, per position verified MIN_OUTCOMES times, by how many drafts were
-        accepted there against how many the drafter's estimates predicted (at most 1): a drafter
-        that claims 0.6 where 0.2 holds opens no width on its claim."""
-        seen = min(survival.shape[1], len(self.verified_at))
-        factor = torch.ones(survival.shape[1], dtype=torch.float64)
-        counted = self.measured_at[:seen] & (self.estimated_at[:seen] > 0)
-        ratio = self.accepted_at[:seen] / self.estimated_at[:seen].clamp(min=1e-12)
-        factor[:seen] = torch.where(counted, ratio, factor[:seen])
-        return (survival * factor).clamp(max=1.0)
+    def _factors(self, depth: int) -> list[float]:
+        """Per position up to `depth`: how many drafts were accepted there against how many the
+        drafter's estimates predicted, where it has been verified MIN_OUTCOMES times; else 1."""
+        return [
+            self.accepted_at[j] / max(self.estimated_at[j], 1e-12)
+            if j < len(self.measured_at) and self.measured_at[j] and self.estimated_at[j] > 0
+            else 1.0
+            for j in range(depth)
+        ]
 
-    def _remember_survival(self, mean: torch.Tensor) -> None:
+    def _calibrated_sums(self, survival: torch.Tensor, claimed: list[float]) -> list[float]:
+        """Column sums of `survival [n, K]` (`claimed`) scaled per position by `_factors`, each entry
+        at most 1: a drafter that claims 0.6 where 0.2 holds opens no width on its claim."""
+        factors = self._factors(len(claimed))
+        if max(factors, default=1.0) <= 1.0:  # no entry can pass 1: scale the sums
+            return [f * c for f, c in zip(factors, claimed, strict=True)]
+        scaled = survival * torch.tensor(factors, dtype=torch.float64)
+        return scaled.clamp(max=1.0).sum(0).tolist()
+
+    def _remember_survival(self, mean: list[float]) -> None:
         """Keep the drafter's mean survival estimates per position; a shallower round updates only its
         own positions, so positions it did not draft keep their last estimates rather than none."""
         if self.expected_survival is None or len(self.expected_survival) <= len(mean):
             self.expected_survival = mean
         else:
-            self.expected_survival = torch.cat((mean, self.expected_survival[len(mean) :]))
+            self.expected_survival = mean + self.expected_survival[len(mean) :]
 
-    def _expected_survival(self, depth: int) -> torch.Tensor:
+    def _expected_survival(self, depth: int) -> list[float]:
         """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
         MIN_OUTCOMES times (`measured_at`), else the drafter's last estimates, else 1."""
-        estimate = torch.ones(depth, dtype=torch.float64)
+        estimate = [1.0] * depth
         if self.expected_survival is None:
             return estimate
-        known = min(depth, len(self.expected_survival))
-        estimate[:known] = self.expected_survival[:known]
-        seen = min(depth, len(self.verified_at))
-        counted = self.measured_at[:seen]
-        observed = self.accepted_at[:seen] / self.verified_at[:seen].clamp(min=1e-12)
-        estimate[:seen] = torch.where(counted, observed, estimate[:seen])
+        for j in range(min(depth, len(self.expected_survival))):
+            estimate[j] = self.expected_survival[j]
+        for j in range(min(depth, len(self.verified_at))):
+            if self.measured_at[j]:
+                estimate[j] = self.accepted_at[j] / max(self.verified_at[j], 1e-12)
         return estimate
 
-    def _throughput(self, survival: torch.Tensor, rows: int, drafting: bool) -> torch.Tensor:
-        """`[K + 1]` Θ(w): expected tokens per second of a round in which each of the `survival [n, K]`
-        rows verifies w drafts, in a pass of `rows` rows. `drafting`: the round is yet to draft, so
-        w drafts cost their drafting time and w = 0 is a plain round; otherwise the drafts are made
-        and only the pass differs."""
-        n, k = survival.shape
-        widths = torch.arange(k + 1, dtype=torch.float64)
-        tokens = n + torch.cat((torch.zeros(1, dtype=torch.float64), survival.sum(0).cumsum(0)))
-        seconds = self.round_ratio.get(rows, 1.0) * self.profile.pass_seconds(rows, 1 + widths)
-        if drafting:
-            seconds[1:] += self._drafting_seconds(k, rows)[1:]
-        return tokens / seconds
+    def _throughput(self, survival_sums: list[float], n: int, rows: int, drafting: bool) -> list[float]:
+        """`[K + 1]` Θ(w): expected tokens per second of a round in which each of `n` rows verifies w
+        drafts (`survival_sums[j]`: the rows' survival at draft j + 1, summed), in a pass of `rows`
+        rows. `drafting`: the round is yet to draft, so w drafts cost their drafting time and w = 0
+        is a plain round; otherwise the drafts are made and only the pass differs."""
+        k = len(survival_sums)
+        tokens = list(itertools.accumulate(survival_sums, initial=float(n)))
+        ratio = self.round_ratio.get(rows, 1.0)
+        passes = _pass_seconds(self.profile, rows, tuple(float(1 + w) for w in range(k + 1)))
+        drafting_seconds = self._drafting_seconds(k, rows) if drafting else [0.0] * (k + 1)
+        return [t / (ratio * p + d) for t, p, d in zip(tokens, passes, drafting_seconds, strict=True)]
 
-    def _drafting_seconds(self, k: int, rows: int) -> torch.Tensor:
+    def _drafting_seconds(self, k: int, rows: int) -> list[float]:
         """`[K + 1]` the expected seconds of drafting d = 0..K tokens for `rows` sequences: measured
         where d has been, else interpolated between the measured depths around d, else, below or
         above all of them, the nearest one's time scaled by d (optimistic below, which gets a cheaper
         depth tried and measured). Nothing measured for `rows`: 0, so its first round drafts (a
         drafter's pass costs more the more sequences it reads)."""
-        depths = torch.arange(k + 1, dtype=torch.float64)
         measured = self.draft_seconds.get(rows)
         if not measured:
-            return torch.zeros_like(depths)
-        known = torch.tensor(sorted(measured), dtype=torch.float64)
-        times = torch.tensor([measured[int(d)] for d in known], dtype=torch.float64)
-        if len(known) == 1:
-            return depths * times[0] / known[0]
-        upper = torch.searchsorted(known, depths).clamp(1, len(known) - 1)
-        lower = upper - 1
-        between = times[lower] + (times[upper] - times[lower]) * (depths - known[lower]) / (known[upper] - known[lower])
-        below, above = depths * times[0] / known[0], depths * times[-1] / known[-1]
-        return torch.where(depths < known[0], below, torch.where(depths > known[-1], above, between))
+            return [0.0] * (k + 1)
+        known = sorted(measured)
+        lowest, highest = known[0], known[-1]
+        seconds = []
+        for d in range(k + 1):
+            if d < lowest:
+                seconds.append(d * measured[lowest] / lowest)
+            elif d > highest:
+                seconds.append(d * measured[highest] / highest)
+            else:
+                upper = next(depth for depth in known if depth >= d)
+                lower = max(depth for depth in known if depth <= d)
+                between = (d - lower) / (upper - lower) if upper > lower else 0.0
+                seconds.append(measured[lower] + (measured[upper] - measured[lower]) * between)
+        return seconds
 
     def _start_round(self, rows: int, width: int) -> None:
         """A round of `rows` sequences verifying `width` drafts each begins: its pass is predicted now."""
-        predicted = float(self.profile.pass_seconds(rows, torch.tensor([1 + width]))[0])
+        predicted = _pass_seconds(self.profile, rows, (float(1 + width),))[0]
         self._mark = (rows, time.perf_counter(), predicted)
 
     def _finish_round(self) -> None:
