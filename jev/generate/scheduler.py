@@ -12,6 +12,7 @@ survival estimates, never the drafted tokens, and entry j of the estimate is com
 is drawn, so the decision to verify x_j never depends on x_j or later tokens (DSpark App. A).
 """
 
+import collections
 import functools
 import itertools
 import statistics
@@ -155,22 +156,37 @@ class LoadAwareScheduler:
     verifying w, first drops; a longer width for only some rows would cost as much and emit less.
 
     It also weighs what the profile cannot see: the drafter's own time by depth and number of
-    sequences, and how much longer a whole round (sampling filter, accept rule, bookkeeping) takes
-    than the bare target pass. Each round it times itself: the drafter between `draft_depth` and
-    `verify_lengths`, the target pass and the accept rule until `record`, against the profile's
-    prediction for that number of sequences (one ratio for drafted and plain rounds: a ratio kept
-    per kind went stale for the kind not chosen, and held the choice). Those measurements and the
-    acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
-    against how many the drafter's survival estimates predicted, over about the last ten verified
-    rounds (MEMORY); its estimates alone until a position has been verified MIN_OUTCOMES times, and
-    from then on the measured rate, even once the fading counts fall below that)
-    decide how deep the next round drafts, if at all; the first round, with nothing measured, is
-    optimistic, and now and then a plain run is broken by a one-token probe (PROBE_SHARE). All of
-    it comes from past rounds, so no verify decision depends on the tokens it decides about.
+    sequences, and what a whole round (sampling filter, accept rule, bookkeeping) costs beyond the
+    bare target pass. Each round it times itself: the drafter between `draft_depth` and
+    `verify_lengths`, the target pass and the accept rule until `record`. A round costs
+    `ratio * pass + extra`: `ratio`, the machine's speed against its profile, from plain rounds;
+    `extra`, the seconds a round that verifies drafts takes beyond that (its accept rule and
+    bookkeeping over the drafts), from drafted ones; each the median of its last ROUNDS_KEPT
+    measurements, so one slow round moves neither. Those costs and the acceptance seen so far
+    (`record`: of the drafts verified at position j, how many were accepted, against how many the
+    drafter's survival estimates predicted, over about the last WINDOW drafts verified there; its
+    estimates alone until a position has been verified MIN_OUTCOMES times) decide how deep the next
+    round drafts, if at all; the first round, with nothing measured, is optimistic, a plain run is
+    broken now and then by a one-token probe (PROBE_SHARE), and a drafting run by a plain round
+    (PLAIN_EVERY) that keeps `ratio` current. All of it comes from past rounds, so no verify
+    decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
-    MEMORY = 0.9
+    # Each draft verified at position j weighs 1 - 1 / WINDOW as much per later draft verified there.
+    # Per draft, not per round: at one sequence a round verifies one draft, and measured over the
+    # last ten rounds (a fade of 0.9 a round, before 2026-12-05) a first draft that holds 37% of the
+    # time read as little as 11% after a few misses in a row (`tests/test_spec_scheduler.py`), below
+    # what a drafted round needs to pay; the scheduler then decoded plainly until a probe drafted.
+    WINDOW = 32
+    # Round costs are the medians of the last ROUNDS_KEPT measurements of their kind. On the shared
+    # 2-core machine a round's time swings by a third from one round to the next; a running mean
+    # that weighed the last round half (before 2026-12-05) followed the swings into the decisions.
+    ROUNDS_KEPT = 16
+    # After PLAIN_EVERY drafted rounds in a row at one number of sequences, the next is plain: `ratio`
+    # comes from plain rounds only (a drafted round's time is `ratio` and `extra` at once), and a
+    # scheduler that kept drafting would never see the machine speed up or slow down.
+    PLAIN_EVERY = 16
     # Once the plain rounds since the drafter last ran took 1 / PROBE_SHARE times what drafting one
     # token takes, it runs once, one token deep: its survival estimates are learned only from rounds
     # that draft, and a drafter's chances change with the text (the lookup drafter's copies). Such
@@ -181,9 +197,12 @@ class LoadAwareScheduler:
         self.profile = profile
         # Measured seconds of drafting d tokens for B sequences: draft_seconds[B][d] (a running mean).
         self.draft_seconds: dict[int, dict[int, float]] = {}
-        # How much longer a whole round takes than its bare profiled pass, by number of sequences (a
-        # running mean over every round, drafted or plain; 1 until measured).
-        self.round_ratio: dict[int, float] = {}
+        # By number of sequences: a plain round's measured time over its profiled pass (`ratio`; 1
+        # until measured), and a drafted round's seconds beyond `ratio` times its pass (`extra`; 0
+        # until measured), the last ROUNDS_KEPT of each.
+        self.ratios: dict[int, collections.deque[float]] = {}
+        self.extras: dict[int, collections.deque[float]] = {}
+        self.drafted_in_a_row: dict[int, int] = {}
         # Expected seconds of the plain rounds since the drafter last ran.
         self.plain_seconds = 0.0
         self.expected_survival: list[float] | None = None
@@ -194,12 +213,7 @@ class LoadAwareScheduler:
         self.verified_at: list[float] = []
         self.accepted_at: list[float] = []
         self.estimated_at: list[float] = []
-        # Per draft position: whether it has ever been verified MIN_OUTCOMES times. The counts fade
-        # (MEMORY) and a position a round rarely verifies falls below MIN_OUTCOMES again after a
-        # round or two; its measured rate (a ratio of counts that fade alike) stays in force, where
-        # going back to the drafter's claims re-opened it to verify until the count was made up.
-        self.measured_at: list[bool] = []
-        self._mark: tuple[int, float, float] | None = None
+        self._mark: tuple[int, bool, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
 
     def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
@@ -217,6 +231,9 @@ class LoadAwareScheduler:
         probe = self._drafting_seconds(1, rows)[1]  # a drafter never run at B is never probed
         if depth == 0 and self.draft_seconds.get(rows) and self.plain_seconds * self.PROBE_SHARE >= probe:
             depth = 1
+        if depth and self.drafted_in_a_row.get(rows, 0) >= self.PLAIN_EVERY:
+            depth = 0
+        self.drafted_in_a_row[rows] = self.drafted_in_a_row.get(rows, 0) + 1 if depth else 0
         if depth:
             self.plain_seconds = 0.0
             self._draft_started = (time.perf_counter(), rows, depth)
@@ -239,8 +256,7 @@ class LoadAwareScheduler:
             width = next((w for w in range(len(theta) - 1) if theta[w + 1] <= theta[w]), len(claimed))
             self._remember_survival([c / n for c in claimed])
             self._grow(width)
-            if width:
-                self._forget()
+            self._forget(width, n)
             for j in range(width):
                 self.estimated_at[j] += claimed[j]
         if self._draft_started is not None:
@@ -261,14 +277,17 @@ class LoadAwareScheduler:
         for j in range(width):
             self.verified_at[j] += sum(v > j for v in verified)
             self.accepted_at[j] += sum(a > j for a in accepted)
-            self.measured_at[j] = self.measured_at[j] or self.verified_at[j] >= self.MIN_OUTCOMES
 
-    def _forget(self) -> None:
-        """Before a verified round is counted, the counts so far weigh MEMORY as much: acceptance is
-        measured over about the last 1 / (1 - MEMORY) verified rounds, so it follows the texts now
-        being written (a service's traffic, a batch of other prompts) instead of all it has seen."""
+    def _forget(self, width: int, rows: int) -> None:
+        """Before a round in which `rows` sequences verify `width` drafts each is counted, the counts
+        of positions 1..width so far weigh (1 - 1 / WINDOW)^rows as much: acceptance at a position is
+        measured over about its last WINDOW verified drafts, so it follows the texts now being
+        written (a service's traffic, a batch of other prompts) instead of all it has seen. A position
+        no round verifies keeps its counts, and with them its measured rate; and a count that has
+        reached MIN_OUTCOMES stays there (it fades by less than the round adds)."""
+        fade = (1.0 - 1.0 / self.WINDOW) ** rows
         for counts in (self.verified_at, self.accepted_at, self.estimated_at):
-            counts[:] = [self.MEMORY * c for c in counts]
+            counts[:width] = [fade * c for c in counts[:width]]
 
     def _grow(self, width: int) -> None:
         """Room in the per-position counts for `width` positions."""
@@ -276,14 +295,13 @@ class LoadAwareScheduler:
         if grow > 0:
             for counts in (self.verified_at, self.accepted_at, self.estimated_at):
                 counts += [0.0] * grow
-            self.measured_at += [False] * grow
 
     def _factors(self, depth: int) -> list[float]:
         """Per position up to `depth`: how many drafts were accepted there against how many the
         drafter's estimates predicted, where it has been verified MIN_OUTCOMES times; else 1."""
         return [
             self.accepted_at[j] / max(self.estimated_at[j], 1e-12)
-            if j < len(self.measured_at) and self.measured_at[j] and self.estimated_at[j] > 0
+            if j < len(self.verified_at) and self.verified_at[j] >= self.MIN_OUTCOMES and self.estimated_at[j] > 0
             else 1.0
             for j in range(depth)
         ]
@@ -307,14 +325,14 @@ class LoadAwareScheduler:
 
     def _expected_survival(self, depth: int) -> list[float]:
         """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
-        MIN_OUTCOMES times (`measured_at`), else the drafter's last estimates, else 1."""
+        MIN_OUTCOMES times, else the drafter's last estimates, else 1."""
         estimate = [1.0] * depth
         if self.expected_survival is None:
             return estimate
         for j in range(min(depth, len(self.expected_survival))):
             estimate[j] = self.expected_survival[j]
         for j in range(min(depth, len(self.verified_at))):
-            if self.measured_at[j]:
+            if self.verified_at[j] >= self.MIN_OUTCOMES:
                 estimate[j] = self.accepted_at[j] / max(self.verified_at[j], 1e-12)
         return estimate
 
@@ -325,10 +343,11 @@ class LoadAwareScheduler:
         is a plain round; otherwise the drafts are made and only the pass differs."""
         k = len(survival_sums)
         tokens = list(itertools.accumulate(survival_sums, initial=float(n)))
-        ratio = self.round_ratio.get(rows, 1.0)
+        ratio, extra = self._ratio(rows), self._extra(rows)
         passes = _pass_seconds(self.profile, rows, tuple(float(1 + w) for w in range(k + 1)))
+        rounds = [ratio * p + (extra if w else 0.0) for w, p in enumerate(passes)]
         drafting_seconds = self._drafting_seconds(k, rows) if drafting else [0.0] * (k + 1)
-        return [t / (ratio * p + d) for t, p, d in zip(tokens, passes, drafting_seconds, strict=True)]
+        return [t / (r + d) for t, r, d in zip(tokens, rounds, drafting_seconds, strict=True)]
 
     def _drafting_seconds(self, k: int, rows: int) -> list[float]:
         """`[K + 1]` the expected seconds of drafting d = 0..K tokens for `rows` sequences: measured
@@ -354,15 +373,31 @@ class LoadAwareScheduler:
                 seconds.append(measured[lower] + (measured[upper] - measured[lower]) * between)
         return seconds
 
+    def _ratio(self, rows: int) -> float:
+        """A plain round's time over its profiled pass at `rows` sequences: the median measured, else 1."""
+        kept = self.ratios.get(rows)
+        return statistics.median(kept) if kept else 1.0
+
+    def _extra(self, rows: int) -> float:
+        """The seconds a round verifying drafts takes beyond `ratio` times its pass: the median measured
+        (none below 0: a drafted round measured faster than that means `ratio` is behind), else 0."""
+        kept = self.extras.get(rows)
+        return max(statistics.median(kept), 0.0) if kept else 0.0
+
     def _start_round(self, rows: int, width: int) -> None:
         """A round of `rows` sequences verifying `width` drafts each begins: its pass is predicted now."""
         predicted = _pass_seconds(self.profile, rows, (float(1 + width),))[0]
-        self._mark = (rows, time.perf_counter(), predicted)
+        self._mark = (rows, width > 0, time.perf_counter(), predicted)
 
     def _finish_round(self) -> None:
-        """Fold the last round's measured time over the profile's prediction into the running ratio."""
+        """Keep the last round's measured time: as `ratio` if it was plain, as `extra` if it verified drafts."""
         if self._mark is not None:
-            rows, started, predicted = self._mark
-            measured = (time.perf_counter() - started) / predicted
-            self.round_ratio[rows] = 0.5 * self.round_ratio.get(rows, 1.0) + 0.5 * measured
+            rows, drafted, started, predicted = self._mark
+            seconds = time.perf_counter() - started
+            if drafted:
+                self.extras.setdefault(rows, collections.deque(maxlen=self.ROUNDS_KEPT)).append(
+                    seconds - self._ratio(rows) * predicted
+                )
+            else:
+                self.ratios.setdefault(rows, collections.deque(maxlen=self.ROUNDS_KEPT)).append(seconds / predicted)
             self._mark = None
