@@ -208,8 +208,7 @@ class LoadAwareScheduler:
         self.expected_survival: list[float] | None = None
         # Per draft position j: how often it was verified, accepted, and the drafter's survival
         # estimates summed over those verifications (what it predicted would be accepted). Plain
-        # floats, as is all of a round's arithmetic here: a handful of numbers per position, which
-        # tensor ops made cost a few hundredths of a round at one sequence.
+        # floats, as is all of a round's arithmetic here: a handful of numbers per position.
         self.verified_at: list[float] = []
         self.accepted_at: list[float] = []
         self.estimated_at: list[float] = []
