@@ -158,11 +158,12 @@ class LoadAwareScheduler:
     It also weighs what the profile cannot see: the drafter's own time by depth and number of
     sequences, and what a whole round (sampling filter, accept rule, bookkeeping) costs beyond the
     bare target pass. Each round it times itself: the drafter between `draft_depth` and
-    `verify_lengths`, the target pass and the accept rule until `record`. A round costs
-    `ratio * pass + extra`: `ratio`, the machine's speed against its profile, from plain rounds;
-    `extra`, the seconds a round that verifies drafts takes beyond that (its accept rule and
-    bookkeeping over the drafts), from drafted ones; each the median of its last ROUNDS_KEPT
-    measurements, so one slow round moves neither. Those costs and the acceptance seen so far
+    `verify_lengths`, the target pass and the accept rule until `record`. A round verifying w
+    drafts costs `ratio * pass + w * extra`: `ratio`, the machine's speed against its profile, from
+    plain rounds; `extra`, the seconds each verified draft adds beyond that (the accept rule and
+    the bookkeeping over it), from drafted ones. These and the drafting times are each the median of
+    their last ROUNDS_KEPT measurements, so one slow round moves none of them. Those costs and the
+    acceptance seen so far
     (`record`: of the drafts verified at position j, how many were accepted, against how many the
     drafter's survival estimates predicted, over about the last WINDOW drafts verified there; its
     estimates alone until a position has been verified MIN_OUTCOMES times) decide how deep the next
@@ -195,11 +196,13 @@ class LoadAwareScheduler:
 
     def __init__(self, profile: VerifyProfile) -> None:
         self.profile = profile
-        # Measured seconds of drafting d tokens for B sequences: draft_seconds[B][d] (a running mean).
+        # Seconds of drafting d tokens for B sequences: draft_seconds[B][d], the median of the last
+        # ROUNDS_KEPT measured (draft_times[B][d]).
         self.draft_seconds: dict[int, dict[int, float]] = {}
+        self.draft_times: dict[int, dict[int, collections.deque[float]]] = {}
         # By number of sequences: a plain round's measured time over its profiled pass (`ratio`; 1
-        # until measured), and a drafted round's seconds beyond `ratio` times its pass (`extra`; 0
-        # until measured), the last ROUNDS_KEPT of each.
+        # until measured), and a drafted round's seconds beyond `ratio` times its pass per draft it
+        # verified (`extra`; 0 until measured), the last ROUNDS_KEPT of each.
         self.ratios: dict[int, collections.deque[float]] = {}
         self.extras: dict[int, collections.deque[float]] = {}
         self.drafted_in_a_row: dict[int, int] = {}
@@ -212,7 +215,7 @@ class LoadAwareScheduler:
         self.verified_at: list[float] = []
         self.accepted_at: list[float] = []
         self.estimated_at: list[float] = []
-        self._mark: tuple[int, bool, float, float] | None = None
+        self._mark: tuple[int, int, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
 
     def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
@@ -261,8 +264,10 @@ class LoadAwareScheduler:
         if self._draft_started is not None:
             started, rows_drafted, depth = self._draft_started
             seconds = time.perf_counter() - started
-            at = self.draft_seconds.setdefault(rows_drafted, {})
-            at[depth] = seconds if depth not in at else 0.5 * at[depth] + 0.5 * seconds
+            times = self.draft_times.setdefault(rows_drafted, {})
+            kept = times.setdefault(depth, collections.deque(maxlen=self.ROUNDS_KEPT))
+            kept.append(seconds)
+            self.draft_seconds.setdefault(rows_drafted, {})[depth] = statistics.median(kept)
             self._draft_started = None
         self._start_round(len(active), width)
         return torch.where(active, width, 0).to(device=survival.device, dtype=torch.int64)
@@ -344,7 +349,7 @@ class LoadAwareScheduler:
         tokens = list(itertools.accumulate(survival_sums, initial=float(n)))
         ratio, extra = self._ratio(rows), self._extra(rows)
         passes = _pass_seconds(self.profile, rows, tuple(float(1 + w) for w in range(k + 1)))
-        rounds = [ratio * p + (extra if w else 0.0) for w, p in enumerate(passes)]
+        rounds = [ratio * p + w * extra for w, p in enumerate(passes)]
         drafting_seconds = self._drafting_seconds(k, rows) if drafting else [0.0] * (k + 1)
         return [t / (r + d) for t, r, d in zip(tokens, rounds, drafting_seconds, strict=True)]
 
@@ -378,24 +383,26 @@ class LoadAwareScheduler:
         return statistics.median(kept) if kept else 1.0
 
     def _extra(self, rows: int) -> float:
-        """The seconds a round verifying drafts takes beyond `ratio` times its pass: the median measured
-        (none below 0: a drafted round measured faster than that means `ratio` is behind), else 0."""
+        """The seconds each verified draft adds to a round beyond `ratio` times its pass: the median
+        measured (none below 0: a drafted round measured faster than that means `ratio` is behind),
+        else 0. Per draft: the first, optimistic round verifies every draft it can, and its cost,
+        charged whole to a round of one draft, kept drafting off at four sequences (2026-12-05)."""
         kept = self.extras.get(rows)
         return max(statistics.median(kept), 0.0) if kept else 0.0
 
     def _start_round(self, rows: int, width: int) -> None:
         """A round of `rows` sequences verifying `width` drafts each begins: its pass is predicted now."""
         predicted = _pass_seconds(self.profile, rows, (float(1 + width),))[0]
-        self._mark = (rows, width > 0, time.perf_counter(), predicted)
+        self._mark = (rows, width, time.perf_counter(), predicted)
 
     def _finish_round(self) -> None:
         """Keep the last round's measured time: as `ratio` if it was plain, as `extra` if it verified drafts."""
         if self._mark is not None:
-            rows, drafted, started, predicted = self._mark
+            rows, width, started, predicted = self._mark
             seconds = time.perf_counter() - started
-            if drafted:
+            if width:
                 self.extras.setdefault(rows, collections.deque(maxlen=self.ROUNDS_KEPT)).append(
-                    seconds - self._ratio(rows) * predicted
+                    (seconds - self._ratio(rows) * predicted) / width
                 )
             else:
                 self.ratios.setdefault(rows, collections.deque(maxlen=self.ROUNDS_KEPT)).append(seconds / predicted)
