@@ -163,14 +163,13 @@ class LoadAwareScheduler:
     plain rounds; `extra`, the seconds each verified draft adds beyond that (the accept rule and
     the bookkeeping over it), from drafted ones. These and the drafting times are each the median of
     their last ROUNDS_KEPT measurements, so one slow round moves none of them. Those costs and the
-    acceptance seen so far
-    (`record`: of the drafts verified at position j, how many were accepted, against how many the
-    drafter's survival estimates predicted, over about the last WINDOW drafts verified there; its
-    estimates alone until a position has been verified MIN_OUTCOMES times) decide how deep the next
-    round drafts, if at all; the first round, with nothing measured, is optimistic, a plain run is
-    broken now and then by a one-token probe (PROBE_SHARE), and a drafting run by a plain round
-    (PLAIN_EVERY) that keeps `ratio` current. All of it comes from past rounds, so no verify
-    decision depends on the tokens it decides about.
+    acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
+    against how many the drafter's survival estimates predicted, over about the last WINDOW drafts
+    verified there; its estimates alone until a position has been verified MIN_OUTCOMES times)
+    decide how deep the next round drafts, if at all; the first round, with nothing measured, is
+    optimistic, a plain run is broken now and then by a one-token probe (PROBE_SHARE), and a
+    drafting run by a plain round (PLAIN_EVERY) that keeps `ratio` current. All of it comes from
+    past rounds, so no verify decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
