@@ -226,8 +226,8 @@ class LoadAwareScheduler:
         rows, n_active = len(active), int(active.sum())
         if n_active == 0 or draft_len == 0:
             return 0
-        survival = [n_active * s for s in self._expected_survival(draft_len)]
-        theta = self._throughput(survival, n_active, rows, drafting=True)
+        sums = [n_active * s for s in self._expected_survival(draft_len)]
+        theta = self._throughput(sums, n_active, rows, drafting=True)
         depth = max(range(len(theta)), key=theta.__getitem__)
         probe = self._drafting_seconds(1, rows)[1]  # a drafter never run at B is never probed
         if depth == 0 and self.draft_seconds.get(rows) and self.plain_seconds * self.PROBE_SHARE >= probe:
@@ -263,8 +263,7 @@ class LoadAwareScheduler:
         if self._draft_started is not None:
             started, rows_drafted, depth = self._draft_started
             seconds = time.perf_counter() - started
-            times = self.draft_times.setdefault(rows_drafted, {})
-            kept = times.setdefault(depth, collections.deque(maxlen=self.ROUNDS_KEPT))
+            kept = self._kept(self.draft_times.setdefault(rows_drafted, {}), depth)
             kept.append(seconds)
             self.draft_seconds.setdefault(rows_drafted, {})[depth] = statistics.median(kept)
             self._draft_started = None
@@ -376,6 +375,10 @@ class LoadAwareScheduler:
                 seconds.append(measured[lower] + (measured[upper] - measured[lower]) * between)
         return seconds
 
+    def _kept(self, store: dict[int, collections.deque[float]], key: int) -> collections.deque[float]:
+        """The last ROUNDS_KEPT measurements of one kind under `key`, made empty if none yet."""
+        return store.setdefault(key, collections.deque(maxlen=self.ROUNDS_KEPT))
+
     def _ratio(self, rows: int) -> float:
         """A plain round's time over its profiled pass at `rows` sequences: the median measured, else 1."""
         kept = self.ratios.get(rows)
@@ -400,9 +403,7 @@ class LoadAwareScheduler:
             rows, width, started, predicted = self._mark
             seconds = time.perf_counter() - started
             if width:
-                self.extras.setdefault(rows, collections.deque(maxlen=self.ROUNDS_KEPT)).append(
-                    (seconds - self._ratio(rows) * predicted) / width
-                )
+                self._kept(self.extras, rows).append((seconds - self._ratio(rows) * predicted) / width)
             else:
-                self.ratios.setdefault(rows, collections.deque(maxlen=self.ROUNDS_KEPT)).append(seconds / predicted)
+                self._kept(self.ratios, rows).append(seconds / predicted)
             self._mark = None
