@@ -254,6 +254,22 @@ def test_after_plain_rounds_worth_fifty_probes_the_drafter_drafts_a_token() -> N
     assert [i for i, depth in enumerate(depths) if depth] == [50, 101] and scheduler.plain_seconds == 0
 
 
+def test_probes_come_more_often_the_nearer_drafting_is_to_paying() -> None:
+    """1 s rounds, 0.99 s to draft a token. A draft that never holds loses its 0.99 s: a probe every
+    51st round, as above. One that holds 90% of the time yields 1.9 tokens in 1.99 s, 0.09 s more than
+    plain rounds take for them: a probe once plain rounds took more than 50 times that, every 6th.
+    At 98% it loses 0.01 s, every other round; at 100% it pays, and only PLAIN_EVERY breaks the run."""
+
+    def probes(rate: float) -> list[int]:
+        scheduler = measured([rate], 0.99)
+        return [i for i in range(102) if scheduler.draft_depth(on(1), 1)]
+
+    assert probes(0.0) == [50, 101]
+    assert probes(0.9) == list(range(5, 102, 6))
+    assert probes(0.98) == list(range(1, 102, 2))
+    assert len(probes(1.0)) == 102 - 102 // (LoadAwareScheduler.PLAIN_EVERY + 1)
+
+
 def faded(history: list[int], rows: int = 1) -> list[float]:
     """The weight of each round's counts after `history`'s rounds of `rows` verified drafts each:
     (1 - 1 / WINDOW) less per later draft verified at the same position."""

@@ -187,10 +187,14 @@ class LoadAwareScheduler:
     # comes from plain rounds only (a drafted round's time is `ratio` and `extra` at once), and a
     # scheduler that kept drafting would never see the machine speed up or slow down.
     PLAIN_EVERY = 16
-    # Once the plain rounds since the drafter last ran took 1 / PROBE_SHARE times what drafting one
-    # token takes, it runs once, one token deep: its survival estimates are learned only from rounds
-    # that draft, and a drafter's chances change with the text (the lookup drafter's copies). Such
-    # probes cost about PROBE_SHARE of plain decoding's time, however cheap or dear the drafter.
+    # Once the plain rounds since the drafter last ran took 1 / PROBE_SHARE times what a round drafting
+    # one token is expected to lose against a plain one (its drafting and wider pass, less the tokens
+    # its draft is expected to add), it runs once, one token deep: acceptance is learned only from
+    # rounds that draft, and a drafter's chances change with the text (the lookup drafter's copies).
+    # Such probes cost about PROBE_SHARE of plain decoding's time, and come most often where drafting
+    # is expected to almost pay: there an estimate a little low costs the most rounds, and a probe
+    # the least. (Priced at the drafting alone, before 2026-12-05, a rate carried from other traffic
+    # just under break-even kept four sequences plain for about 30 rounds.)
     PROBE_SHARE = 0.02
 
     def __init__(self, profile: VerifyProfile) -> None:
@@ -229,9 +233,10 @@ class LoadAwareScheduler:
         sums = [n_active * s for s in self._expected_survival(draft_len)]
         theta = self._throughput(sums, n_active, rows, drafting=True)
         depth = max(range(len(theta)), key=theta.__getitem__)
-        probe = self._drafting_seconds(1, rows)[1]  # a drafter never run at B is never probed
-        if depth == 0 and self.draft_seconds.get(rows) and self.plain_seconds * self.PROBE_SHARE >= probe:
-            depth = 1
+        if depth == 0 and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
+            tokens = n_active + sums[0]
+            if self.plain_seconds * self.PROBE_SHARE > tokens / theta[1] - tokens / theta[0]:
+                depth = 1
         if depth and self.drafted_in_a_row.get(rows, 0) >= self.PLAIN_EVERY:
             depth = 0
         self.drafted_in_a_row[rows] = self.drafted_in_a_row.get(rows, 0) + 1 if depth else 0
