@@ -20,10 +20,12 @@ realised acceptance). Reported:
 - conditional acceptance per draft position (position j accepted given 1..j-1 accepted);
 - c: one drafter pass's time relative to one target verify pass;
 - tokens/s (all sequences together), and speedup over plain decoding at the same batch size. The
-  machine's speed drifts by more than the differences measured, so each batch size runs its
-  policies `--repeats` times, in order and then in reverse order (plain, k = 1, ..., load-aware,
-  load-aware, ..., plain), and reports each policy's mean rate: a drift that is linear in time
-  falls on every policy alike. The other columns are the first run's (a repeat writes the same text);
+  machine's speed drifts by more than the differences measured, so every policy decodes a group
+  before the next group starts, in order for one group and in reverse order for the next (plain,
+  k = 1, ..., load-aware, then load-aware, ..., plain), and the whole is run `--repeats` times; each
+  policy's rate is its tokens over its seconds in a repeat, and the table reports the mean over the
+  repeats. So the policies of a row are timed seconds apart, and a drift that is linear in time
+  falls on them alike. The other columns are the first repeat's (a repeat writes the same text);
 - target passes: the passes the longest sequence of each group needed, summed over the groups.
   At T > 0 with a stop token the policies sample different texts (each exactly from the model's
   distribution, not the same draws), so a group's time follows its longest sample, and speed-ups
@@ -95,9 +97,9 @@ def subject_prompts(decider: Decider, path: Path, count: int) -> tuple[list[list
     return prompts, answer.text_end
 
 
-def run(
+def decode(
     target: Model,
-    groups: list[list[list[int]]],
+    prompts: list[list[int]],
     new_tokens: int,
     temperature: float,
     drafter: Drafter | None,
@@ -105,32 +107,32 @@ def run(
     policy: VerifyPolicy | None,
     stop: frozenset[int] = frozenset(),
     room: int = 0,
-) -> dict[str, Any]:
-    """Decode each group of prompts in turn; rates and counters over all groups together. The caches
-    hold the prompts, the new tokens and `room` drafts more (at least `draft_len`)."""
-    wall, emitted, stats = 0.0, 0, []
-    for prompts in groups:
-        # The prompts are read first and not timed: a subject line is a few tokens after a prompt
-        # of a hundred or more, and a run whose samples stop sooner would otherwise spread the same
-        # prefill over fewer tokens.
-        with torch.no_grad():
-            state = TargetState.prefill(target, prompts, max(map(len, prompts)) + new_tokens + max(room, draft_len) + 1)
-        started = time.perf_counter()
-        out = generate(
-            target,
-            prompts,
-            new_tokens,
-            temperature=temperature,
-            seed=0,
-            drafter=drafter,
-            draft_len=draft_len,
-            policy=policy,
-            stop=stop,
-            state=state,
-        )
-        wall += time.perf_counter() - started
-        emitted += sum(len(t) for t in out.tokens)
-        stats.append(out.stats)
+) -> tuple[float, int, GenerationStats]:
+    """Decode one group of prompts: (wall seconds, tokens emitted, counters). The caches hold the
+    prompts, the new tokens and `room` drafts more (at least `draft_len`)."""
+    # The prompts are read first and not timed: a subject line is a few tokens after a prompt of a
+    # hundred or more, and a run whose samples stop sooner would otherwise spread the same prefill
+    # over fewer tokens.
+    with torch.no_grad():
+        state = TargetState.prefill(target, prompts, max(map(len, prompts)) + new_tokens + max(room, draft_len) + 1)
+    started = time.perf_counter()
+    out = generate(
+        target,
+        prompts,
+        new_tokens,
+        temperature=temperature,
+        seed=0,
+        drafter=drafter,
+        draft_len=draft_len,
+        policy=policy,
+        stop=stop,
+        state=state,
+    )
+    return time.perf_counter() - started, sum(len(t) for t in out.tokens), out.stats
+
+
+def measures(wall: float, emitted: int, stats: list[GenerationStats], draft_len: int, drafted: bool) -> dict[str, Any]:
+    """The table's columns for groups decoded in `wall` seconds, emitting `emitted` tokens."""
     s = summed(stats)
     rate = s.accepted / s.verified if s.verified else None
     verify_pass = s.verify_seconds / max(s.target_passes, 1)  # the prompts were read before: no prefill pass
@@ -144,7 +146,7 @@ def run(
         "verified_per_round": s.verified / s.rounds if s.rounds else 0.0,
         "ms_per_round": 1e3 * wall / max(s.target_passes, 1),
     }
-    if drafter is not None and s.drafter_passes:
+    if drafted and s.drafter_passes:
         result["drafter_cost_c"] = (s.draft_seconds / s.drafter_passes) / verify_pass
     if rate is not None and rate < 1:
         result["tau_predicted_iid"] = (1 - rate ** (draft_len + 1)) / (1 - rate)
@@ -182,7 +184,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--prompts", choices=("body", "subject"), default="body")
     add_weights_option(parser)
-    parser.add_argument("--repeats", type=int, default=2, help="runs of every policy, alternating in order")
+    parser.add_argument("--repeats", type=int, default=2, help="runs over every group and policy")
     parser.add_argument("--name", default="speculative", help="the results file and docs section to write")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
@@ -212,9 +214,9 @@ def main() -> None:
     scheduler = LoadAwareScheduler(profile)
 
     prompts, warm = prompts[:needed], prompts[needed:]
-    run(target, [prompts[:1]], 2, args.temperature, drafter, 1, None)  # warm-up: first-call allocations
+    decode(target, prompts[:1], 2, args.temperature, drafter, 1, None)  # warm-up: first-call allocations
     # The scheduler learns acceptance and round costs as it runs; a service's has seen traffic.
-    run(target, [warm], args.new_tokens, args.temperature, drafter, longest, scheduler, stop)
+    decode(target, warm, args.new_tokens, args.temperature, drafter, longest, scheduler, stop)
     kind = "lookup" if args.lookup else drafter_kind(drafter_path)
     settings = {**{k: str(v) for k, v in vars(args).items()}, "drafter_kind": kind}
     results: dict[str, Any] = {"settings": settings, "runs": {}}
@@ -223,18 +225,25 @@ def main() -> None:
     policies["load-aware"] = (drafter, longest, scheduler)
     for batch in args.batches:
         groups = [prompts[g * batch : (g + 1) * batch] for g in range(groups_of[batch])]
-        runs: dict[str, dict[str, Any]] = {}
-        rates: dict[str, list[float]] = {name: [] for name in policies}
         order = list(policies)
+        # Per repeat and policy: wall seconds, tokens emitted, and each group's counters.
+        decoded = [{name: (0.0, 0, []) for name in order} for _ in range(args.repeats)]
         for repeat in range(args.repeats):
-            for name in order if repeat % 2 == 0 else order[::-1]:
-                policy_drafter, k, policy = policies[name]
-                r = run(target, groups, args.new_tokens, args.temperature, policy_drafter, k, policy, stop, longest)
-                runs.setdefault(name, r)
-                rates[name].append(r["tokens_per_second"])
-        for name, r in runs.items():
-            r["tokens_per_second_runs"] = rates[name]
-            r["tokens_per_second"] = sum(rates[name]) / len(rates[name])
+            for g, group in enumerate(groups):
+                for name in order if (repeat + g) % 2 == 0 else order[::-1]:
+                    policy_drafter, k, policy = policies[name]
+                    wall, emitted, stats = decode(
+                        target, group, args.new_tokens, args.temperature, policy_drafter, k, policy, stop, longest
+                    )
+                    total_wall, total_emitted, all_stats = decoded[repeat][name]
+                    decoded[repeat][name] = (total_wall + wall, total_emitted + emitted, [*all_stats, stats])
+        runs: dict[str, dict[str, Any]] = {}
+        for name in order:
+            rates = [emitted / wall for wall, emitted, _ in (by_name[name] for by_name in decoded)]
+            policy_drafter, k, _ = policies[name]
+            runs[name] = measures(*decoded[0][name], k, policy_drafter is not None)
+            runs[name]["tokens_per_second_runs"] = rates
+            runs[name]["tokens_per_second"] = sum(rates) / len(rates)
         plain = runs["plain"]
         results["runs"][str(batch)] = runs
         for name, r in runs.items():
@@ -250,7 +259,8 @@ def main() -> None:
         f"Drafter: {settings['drafter_kind']}; target weights: {target.weights}. "
         "tau counts the bonus/correction token (plain decoding = 1.00). "
         f"Prompts: held-out mail ({args.prompts}), T={args.temperature}. "
-        f"tok/s: the mean of {args.repeats} runs per policy, in order and in reverse order. "
+        f"tok/s: the mean of {args.repeats} runs per policy, each group decoded by every policy in turn, "
+        "in order and in reverse order by turns. "
         f"Prompts per batch size: {', '.join(f'{b} x {groups_of[b]}' for b in args.batches)} (batch x groups).\n\n"
         "| batch | policy | tok/s | speedup | tau | tau iid | accept rate | conditional acceptance by position "
         "| c | verified/round | target passes | ms/round |\n" + "|---" * 12 + "|\n" + "\n".join(rows)
