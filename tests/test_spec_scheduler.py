@@ -270,6 +270,20 @@ def test_probes_come_more_often_the_nearer_drafting_is_to_paying() -> None:
     assert len(probes(1.0)) == 102 - 102 // (LoadAwareScheduler.PLAIN_EVERY + 1)
 
 
+def test_a_probe_verifies_its_draft_whatever_the_drafter_claims() -> None:
+    """A probe exists to measure acceptance, so it verifies its one draft even where the drafter's
+    claim (here 0.0) would not open a width; a round that is no probe, on the same claim, verifies
+    nothing."""
+    scheduler = measured([0.0], 0.99)
+    depths = [scheduler.draft_depth(on(1), 1) for _ in range(51)]
+    assert depths[-1] == 1 and not any(depths[:-1])
+    claim = torch.tensor([[0.0]], dtype=torch.float64)
+    assert scheduler.verify_lengths(claim, on(1)).tolist() == [1]
+    scheduler.record(torch.tensor([1]), torch.tensor([0]))
+    scheduler.expected_survival = [1.0]  # a round that drafts on its estimate, not as a probe
+    assert scheduler.draft_depth(on(1), 1) == 1
+    assert scheduler.verify_lengths(claim, on(1)).tolist() == [0]
+
 def faded(history: list[int], rows: int = 1) -> list[float]:
     """The weight of each round's counts after `history`'s rounds of `rows` verified drafts each:
     (1 - 1 / WINDOW) less per later draft verified at the same position."""

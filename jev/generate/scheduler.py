@@ -168,8 +168,9 @@ class LoadAwareScheduler:
     verified there; its estimates alone until a position has been verified MIN_OUTCOMES times)
     decide how deep the next round drafts, if at all; the first round, with nothing measured, is
     optimistic, a plain run is broken now and then by a one-token probe (PROBE_SHARE), and a
-    drafting run by a plain round (PLAIN_EVERY) that keeps `ratio` current. All of it comes from
-    past rounds, so no verify decision depends on the tokens it decides about.
+    drafting run by a plain round (PLAIN_EVERY) that keeps `ratio` current. A probe verifies its
+    draft whatever the drafter claims for it. All of it comes from past rounds, so no verify
+    decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
@@ -220,6 +221,7 @@ class LoadAwareScheduler:
         self.estimated_at: list[float] = []
         self._mark: tuple[int, int, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
+        self._probing = False
 
     def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
         """How many tokens to draft this round: the width of the highest expected tokens per second,
@@ -227,6 +229,7 @@ class LoadAwareScheduler:
         ones before any round); 0 when a plain step is expected to do better."""
         self._mark = None
         self._draft_started = None
+        self._probing = False
         rows, n_active = len(active), int(active.sum())
         if n_active == 0 or draft_len == 0:
             return 0
@@ -236,9 +239,9 @@ class LoadAwareScheduler:
         if depth == 0 and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
             tokens = n_active + sums[0]
             if self.plain_seconds * self.PROBE_SHARE > tokens / theta[1] - tokens / theta[0]:
-                depth = 1
+                depth, self._probing = 1, True
         if depth and self.drafted_in_a_row.get(rows, 0) >= self.PLAIN_EVERY:
-            depth = 0
+            depth, self._probing = 0, False
         self.drafted_in_a_row[rows] = self.drafted_in_a_row.get(rows, 0) + 1 if depth else 0
         if depth:
             self.plain_seconds = 0.0
@@ -260,6 +263,8 @@ class LoadAwareScheduler:
             claimed = rows.sum(0).tolist()
             theta = self._throughput(self._calibrated_sums(rows, claimed), n, len(active), drafting=False)
             width = next((w for w in range(len(theta) - 1) if theta[w + 1] <= theta[w]), len(claimed))
+            if self._probing:  # a probe verifies its draft: one that verified nothing would learn nothing
+                width = max(width, 1)
             self._remember_survival([c / n for c in claimed])
             self._grow(width)
             self._forget(width, n)
