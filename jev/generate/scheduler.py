@@ -167,9 +167,9 @@ class LoadAwareScheduler:
     against how many the drafter's survival estimates predicted, over about the last WINDOW drafts
     verified there; its estimates alone until a position has been verified MIN_OUTCOMES times)
     decide how deep the next round drafts, if at all; the first round, with nothing measured, is
-    optimistic, now and then a round probes one draft deeper than the best depth (PROBE_SHARE), and a
+    optimistic, a plain run is broken now and then by a one-token probe (PROBE_SHARE), and a
     drafting run by a plain round (PLAIN_EVERY) that keeps `ratio` current. A probe verifies its
-    drafts whatever the drafter claims for them. All of it comes from past rounds, so no verify
+    draft whatever the drafter claims for it. All of it comes from past rounds, so no verify
     decision depends on the tokens it decides about.
     """
 
@@ -188,16 +188,14 @@ class LoadAwareScheduler:
     # comes from plain rounds only (a drafted round's time is `ratio` and `extra` at once), and a
     # scheduler that kept drafting would never see the machine speed up or slow down.
     PLAIN_EVERY = 16
-    # Once the rounds since one last drafted one token deeper than the best depth took 1 / PROBE_SHARE
-    # times what such a round is expected to lose against the best (its drafting and wider pass,
-    # less the tokens its last draft is expected to add), the next round is such a probe, and it
-    # verifies every draft: acceptance at a position, and the drafting time of a depth, are learned
-    # only from rounds that draft and verify that deep, and a drafter's chances change with the text
-    # (the lookup drafter's copies). Probes cost about PROBE_SHARE of the time, and come most often
-    # where the deeper round is expected to almost pay: there an estimate a little low costs the
-    # most, and a probe the least. (Before 2026-12-05 only plain runs were probed, priced at the
-    # drafting alone: a rate carried from other traffic just under break-even kept four sequences
-    # plain for about 30 rounds, and a drafting run never measured the positions past its depth.)
+    # Once the plain rounds since the drafter last ran took 1 / PROBE_SHARE times what a round drafting
+    # one token is expected to lose against a plain one (its drafting and wider pass, less the tokens
+    # its draft is expected to add), it runs once, one token deep: acceptance is learned only from
+    # rounds that draft, and a drafter's chances change with the text (the lookup drafter's copies).
+    # Such probes cost about PROBE_SHARE of plain decoding's time, and come most often where drafting
+    # is expected to almost pay: there an estimate a little low costs the most rounds, and a probe
+    # the least. (Priced at the drafting alone, before 2026-12-05, a rate carried from other traffic
+    # just under break-even kept four sequences plain for about 30 rounds.)
     PROBE_SHARE = 0.02
 
     def __init__(self, profile: VerifyProfile) -> None:
@@ -212,10 +210,8 @@ class LoadAwareScheduler:
         self.ratios: dict[int, collections.deque[float]] = {}
         self.extras: dict[int, collections.deque[float]] = {}
         self.drafted_in_a_row: dict[int, int] = {}
-        # The expected seconds of every round so far, summed, and its value when a round last drafted
-        # at least d tokens (drafted_at[d]).
-        self.clock = 0.0
-        self.drafted_at: dict[int, float] = {}
+        # Expected seconds of the plain rounds since the drafter last ran.
+        self.plain_seconds = 0.0
         self.expected_survival: list[float] | None = None
         # Per draft position j: how often it was verified, accepted, and the drafter's survival
         # estimates summed over those verifications (what it predicted would be accepted). Plain
@@ -225,7 +221,7 @@ class LoadAwareScheduler:
         self.estimated_at: list[float] = []
         self._mark: tuple[int, int, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
-        self._probing = 0  # the depth this round probes, verified whatever the drafter claims
+        self._probing = False
 
     def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
         """How many tokens to draft this round: the width of the highest expected tokens per second,
@@ -233,26 +229,25 @@ class LoadAwareScheduler:
         ones before any round); 0 when a plain step is expected to do better."""
         self._mark = None
         self._draft_started = None
-        self._probing = 0
+        self._probing = False
         rows, n_active = len(active), int(active.sum())
         if n_active == 0 or draft_len == 0:
             return 0
         sums = [n_active * s for s in self._expected_survival(draft_len)]
         theta = self._throughput(sums, n_active, rows, drafting=True)
-        depth = best = max(range(len(theta)), key=theta.__getitem__)
-        if best < draft_len and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
-            tokens = n_active + sum(sums[: best + 1])
-            since = self.clock - self.drafted_at.get(best + 1, 0.0)
-            if since * self.PROBE_SHARE > tokens / theta[best + 1] - tokens / theta[best]:
-                depth = self._probing = best + 1
+        depth = max(range(len(theta)), key=theta.__getitem__)
+        if depth == 0 and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
+            tokens = n_active + sums[0]
+            if self.plain_seconds * self.PROBE_SHARE > tokens / theta[1] - tokens / theta[0]:
+                depth, self._probing = 1, True
         if depth and self.drafted_in_a_row.get(rows, 0) >= self.PLAIN_EVERY:
-            depth = self._probing = 0
+            depth, self._probing = 0, False
         self.drafted_in_a_row[rows] = self.drafted_in_a_row.get(rows, 0) + 1 if depth else 0
-        self.clock += (n_active + sum(sums[:depth])) / theta[depth]
-        self.drafted_at.update(dict.fromkeys(range(1, depth + 1), self.clock))
         if depth:
+            self.plain_seconds = 0.0
             self._draft_started = (time.perf_counter(), rows, depth)
         else:
+            self.plain_seconds += n_active / theta[0]
             self._start_round(rows, 0)
         return depth
 
@@ -268,7 +263,8 @@ class LoadAwareScheduler:
             claimed = rows.sum(0).tolist()
             theta = self._throughput(self._calibrated_sums(rows, claimed), n, len(active), drafting=False)
             width = next((w for w in range(len(theta) - 1) if theta[w + 1] <= theta[w]), len(claimed))
-            width = max(width, self._probing)  # a probe that verified less would learn nothing past it
+            if self._probing:  # a probe verifies its draft: one that verified nothing would learn nothing
+                width = max(width, 1)
             self._remember_survival([c / n for c in claimed])
             self._grow(width)
             self._forget(width, n)
