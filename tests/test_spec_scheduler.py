@@ -284,6 +284,7 @@ def test_a_probe_verifies_its_draft_whatever_the_drafter_claims() -> None:
     assert scheduler.draft_depth(on(1), 1) == 1
     assert scheduler.verify_lengths(claim, on(1)).tolist() == [0]
 
+
 def faded(history: list[int], rows: int = 1) -> list[float]:
     """The weight of each round's counts after `history`'s rounds of `rows` verified drafts each:
     (1 - 1 / WINDOW) less per later draft verified at the same position."""
