@@ -131,9 +131,10 @@ def decode(
     return time.perf_counter() - started, sum(len(t) for t in out.tokens), out.stats
 
 
-def measures(wall: float, emitted: int, stats: list[GenerationStats], draft_len: int, drafted: bool) -> dict[str, Any]:
-    """The table's columns for groups decoded in `wall` seconds, emitting `emitted` tokens."""
-    s = summed(stats)
+def measures(decoded: list[tuple[float, int, GenerationStats]], draft_len: int, drafted: bool) -> dict[str, Any]:
+    """The table's columns for groups decoded as `decode` returned them."""
+    wall, emitted = sum(w for w, _, _ in decoded), sum(e for _, e, _ in decoded)
+    s = summed([stats for _, _, stats in decoded])
     rate = s.accepted / s.verified if s.verified else None
     verify_pass = s.verify_seconds / max(s.target_passes, 1)  # the prompts were read before: no prefill pass
     result = {
@@ -226,22 +227,22 @@ def main() -> None:
     for batch in args.batches:
         groups = [prompts[g * batch : (g + 1) * batch] for g in range(groups_of[batch])]
         order = list(policies)
-        # Per repeat and policy: wall seconds, tokens emitted, and each group's counters.
-        decoded = [{name: (0.0, 0, []) for name in order} for _ in range(args.repeats)]
+        # Per repeat and policy: what `decode` returned for each group.
+        decoded = [{name: [] for name in order} for _ in range(args.repeats)]
         for repeat in range(args.repeats):
             for g, group in enumerate(groups):
                 for name in order if (repeat + g) % 2 == 0 else order[::-1]:
                     policy_drafter, k, policy = policies[name]
-                    wall, emitted, stats = decode(
-                        target, group, args.new_tokens, args.temperature, policy_drafter, k, policy, stop, longest
+                    decoded[repeat][name].append(
+                        decode(target, group, args.new_tokens, args.temperature, policy_drafter, k, policy, stop,
+                               longest)
                     )
-                    total_wall, total_emitted, all_stats = decoded[repeat][name]
-                    decoded[repeat][name] = (total_wall + wall, total_emitted + emitted, [*all_stats, stats])
         runs: dict[str, dict[str, Any]] = {}
         for name in order:
-            rates = [emitted / wall for wall, emitted, _ in (by_name[name] for by_name in decoded)]
             policy_drafter, k, _ = policies[name]
-            runs[name] = measures(*decoded[0][name], k, policy_drafter is not None)
+            by_repeat = [measures(by_name[name], k, policy_drafter is not None) for by_name in decoded]
+            rates = [r["tokens_per_second"] for r in by_repeat]
+            runs[name] = by_repeat[0]
             runs[name]["tokens_per_second_runs"] = rates
             runs[name]["tokens_per_second"] = sum(rates) / len(rates)
         plain = runs["plain"]
