@@ -137,20 +137,6 @@ class VerifyProfile:
         return cls(rows=tuple(rows), widths=widths, seconds=tuple(seconds))
 
 
-def _nonnegative_line(xs: list[int], ys: list[float], weights: list[float]) -> tuple[float, float]:
-    """The weighted least-squares line `y = a + b x` with a, b >= 0 (two or more distinct xs)."""
-    total = sum(weights)
-    mean_x = sum(w * x for w, x in zip(weights, xs, strict=True)) / total
-    mean_y = sum(w * y for w, y in zip(weights, ys, strict=True)) / total
-    spread = sum(w * (x - mean_x) ** 2 for w, x in zip(weights, xs, strict=True))
-    slope = max(sum(w * (x - mean_x) * (y - mean_y) for w, x, y in zip(weights, xs, ys, strict=True)) / spread, 0.0)
-    intercept = mean_y - slope * mean_x
-    if intercept >= 0:
-        return intercept, slope
-    through_zero = sum(w * x * y for w, x, y in zip(weights, xs, ys, strict=True))
-    return 0.0, max(through_zero / sum(w * x * x for w, x in zip(weights, xs, strict=True)), 0.0)
-
-
 @functools.lru_cache(maxsize=4096)
 def _pass_seconds(profile: VerifyProfile, rows: int, widths: tuple[float, ...]) -> tuple[float, ...]:
     wanted = torch.tensor(widths, dtype=torch.float64)
@@ -173,19 +159,18 @@ class LoadAwareScheduler:
     sequences, and what a whole round (sampling filter, accept rule, bookkeeping) costs beyond the
     bare target pass. Each round it times itself: the drafter between `draft_depth` and
     `verify_lengths`, the target pass and the accept rule until `record`. A round verifying w
-    drafts costs `ratio * pass + extra(w)`: `ratio`, the machine's speed against its profile, from
-    plain rounds; `extra(w)`, the seconds a round verifying w drafts adds beyond that (the accept
-    rule and the bookkeeping over it), from drafted ones, by width as the drafting times are by
-    depth. These and the drafting times are each the median of their last ROUNDS_KEPT measurements,
-    so one slow round moves none of them. Those costs and the acceptance seen so far (`record`: of
-    the drafts verified at position j, how many were accepted, against how many the drafter's
-    survival estimates predicted, over about the last WINDOW drafts verified there; its estimates
-    alone until a position has been verified MIN_OUTCOMES times) decide how deep the next round
-    drafts, if at all. The first round at a number of sequences is plain (it measures `ratio`) and
-    the first drafted one optimistic; now and then a round probes one draft deeper than the best
-    depth (PROBE_SHARE), and a drafting run is broken by a plain round (PLAIN_EVERY) that keeps
-    `ratio` current. A probe verifies its drafts whatever the drafter claims for them. All of it
-    comes from past rounds, so no verify decision depends on the tokens it decides about.
+    drafts costs `ratio * pass + w * extra`: `ratio`, the machine's speed against its profile, from
+    plain rounds; `extra`, the seconds each verified draft adds beyond that (the accept rule and
+    the bookkeeping over it), from drafted ones. These and the drafting times are each the median of
+    their last ROUNDS_KEPT measurements, so one slow round moves none of them. Those costs and the
+    acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
+    against how many the drafter's survival estimates predicted, over about the last WINDOW drafts
+    verified there; its estimates alone until a position has been verified MIN_OUTCOMES times)
+    decide how deep the next round drafts, if at all; the first round, with nothing measured, is
+    optimistic, a plain run is broken now and then by a one-token probe (PROBE_SHARE), and a
+    drafting run by a plain round (PLAIN_EVERY) that keeps `ratio` current. A probe verifies its
+    draft whatever the drafter claims for it. All of it comes from past rounds, so no verify
+    decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
@@ -203,16 +188,14 @@ class LoadAwareScheduler:
     # comes from plain rounds only (a drafted round's time is `ratio` and `extra` at once), and a
     # scheduler that kept drafting would never see the machine speed up or slow down.
     PLAIN_EVERY = 16
-    # Once the rounds since one last drafted one token deeper than the best depth took 1 / PROBE_SHARE
-    # times what such a round is expected to lose against the best (its drafting, wider pass and
-    # accept rule, less the tokens its last draft is expected to add), the next round is such a
-    # probe, and it verifies every draft: acceptance at a position, and the drafting and accept-rule
-    # time of a depth, are learned only from rounds that draft and verify that deep, and a drafter's
-    # chances change with the text. Probes cost about PROBE_SHARE of the time, and come most often
-    # where the deeper round is expected to almost pay: there an estimate a little low costs the
-    # most, and a probe the least. (Before 2026-12-05 only plain runs were probed: at one sequence the
-    # second draft's rate and cost stayed those of its first round, at the start of a subject line,
-    # and one draft a round stayed the best where two paid 8% more.)
+    # Once the plain rounds since the drafter last ran took 1 / PROBE_SHARE times what a round drafting
+    # one token is expected to lose against a plain one (its drafting and wider pass, less the tokens
+    # its draft is expected to add), it runs once, one token deep: acceptance is learned only from
+    # rounds that draft, and a drafter's chances change with the text (the lookup drafter's copies).
+    # Such probes cost about PROBE_SHARE of plain decoding's time, and come most often where drafting
+    # is expected to almost pay: there an estimate a little low costs the most rounds, and a probe
+    # the least. (Priced at the drafting alone, before 2026-12-05, a rate carried from other traffic
+    # just under break-even kept four sequences plain for about 30 rounds.)
     PROBE_SHARE = 0.02
 
     def __init__(self, profile: VerifyProfile) -> None:
@@ -221,16 +204,14 @@ class LoadAwareScheduler:
         # ROUNDS_KEPT measured (draft_times[B][d]).
         self.draft_seconds: dict[int, dict[int, float]] = {}
         self.draft_times: dict[int, dict[int, collections.deque[float]]] = {}
-        # By number of sequences: a plain round's measured time over its profiled pass (`ratio`), and by
-        # width w, a drafted round's seconds beyond `ratio` times its pass (extras[B][w]), the last
-        # ROUNDS_KEPT of each.
+        # By number of sequences: a plain round's measured time over its profiled pass (`ratio`; 1
+        # until measured), and a drafted round's seconds beyond `ratio` times its pass per draft it
+        # verified (`extra`; 0 until measured), the last ROUNDS_KEPT of each.
         self.ratios: dict[int, collections.deque[float]] = {}
-        self.extras: dict[int, dict[int, collections.deque[float]]] = {}
+        self.extras: dict[int, collections.deque[float]] = {}
         self.drafted_in_a_row: dict[int, int] = {}
-        # The expected seconds of every round so far, summed, and its value when a round last drafted
-        # at least d tokens (drafted_at[d]).
-        self.clock = 0.0
-        self.drafted_at: dict[int, float] = {}
+        # Expected seconds of the plain rounds since the drafter last ran.
+        self.plain_seconds = 0.0
         self.expected_survival: list[float] | None = None
         # Per draft position j: how often it was verified, accepted, and the drafter's survival
         # estimates summed over those verifications (what it predicted would be accepted). Plain
@@ -240,7 +221,7 @@ class LoadAwareScheduler:
         self.estimated_at: list[float] = []
         self._mark: tuple[int, int, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
-        self._probing = 0  # the depth this round probes, verified whatever the drafter claims
+        self._probing = False
 
     def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
         """How many tokens to draft this round: the width of the highest expected tokens per second,
@@ -248,26 +229,25 @@ class LoadAwareScheduler:
         ones before any round); 0 when a plain step is expected to do better."""
         self._mark = None
         self._draft_started = None
-        self._probing = 0
+        self._probing = False
         rows, n_active = len(active), int(active.sum())
         if n_active == 0 or draft_len == 0:
             return 0
         sums = [n_active * s for s in self._expected_survival(draft_len)]
         theta = self._throughput(sums, n_active, rows, drafting=True)
-        depth = best = max(range(len(theta)), key=theta.__getitem__)
-        if best < draft_len and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
-            tokens = n_active + sum(sums[: best + 1])
-            since = self.clock - self.drafted_at.get(best + 1, 0.0)
-            if since * self.PROBE_SHARE > tokens / theta[best + 1] - tokens / theta[best]:
-                depth = self._probing = best + 1
-        if depth and (rows not in self.ratios or self.drafted_in_a_row.get(rows, 0) >= self.PLAIN_EVERY):
-            depth = self._probing = 0
+        depth = max(range(len(theta)), key=theta.__getitem__)
+        if depth == 0 and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
+            tokens = n_active + sums[0]
+            if self.plain_seconds * self.PROBE_SHARE > tokens / theta[1] - tokens / theta[0]:
+                depth, self._probing = 1, True
+        if depth and self.drafted_in_a_row.get(rows, 0) >= self.PLAIN_EVERY:
+            depth, self._probing = 0, False
         self.drafted_in_a_row[rows] = self.drafted_in_a_row.get(rows, 0) + 1 if depth else 0
-        self.clock += (n_active + sum(sums[:depth])) / theta[depth]
-        self.drafted_at.update(dict.fromkeys(range(1, depth + 1), self.clock))
         if depth:
+            self.plain_seconds = 0.0
             self._draft_started = (time.perf_counter(), rows, depth)
         else:
+            self.plain_seconds += n_active / theta[0]
             self._start_round(rows, 0)
         return depth
 
@@ -283,7 +263,8 @@ class LoadAwareScheduler:
             claimed = rows.sum(0).tolist()
             theta = self._throughput(self._calibrated_sums(rows, claimed), n, len(active), drafting=False)
             width = next((w for w in range(len(theta) - 1) if theta[w + 1] <= theta[w]), len(claimed))
-            width = max(width, self._probing)  # a probe that verified less would learn nothing past it
+            if self._probing:  # a probe verifies its draft: one that verified nothing would learn nothing
+                width = max(width, 1)
             self._remember_survival([c / n for c in claimed])
             self._grow(width)
             self._forget(width, n)
@@ -356,9 +337,7 @@ class LoadAwareScheduler:
 
     def _expected_survival(self, depth: int) -> list[float]:
         """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
-        MIN_OUTCOMES times, else the drafter's last estimates, else 1; none above the one before
-        (each position is counted over the rounds that verified it, and a deeper one, verified in
-        fewer rounds, can read higher than the first on a few lucky ones)."""
+        MIN_OUTCOMES times, else the drafter's last estimates, else 1."""
         estimate = [1.0] * depth
         if self.expected_survival is None:
             return estimate
@@ -367,7 +346,7 @@ class LoadAwareScheduler:
         for j in range(min(depth, len(self.verified_at))):
             if self.verified_at[j] >= self.MIN_OUTCOMES:
                 estimate[j] = self.accepted_at[j] / max(self.verified_at[j], 1e-12)
-        return list(itertools.accumulate(estimate, min))
+        return estimate
 
     def _throughput(self, survival_sums: list[float], n: int, rows: int, drafting: bool) -> list[float]:
         """`[K + 1]` Θ(w): expected tokens per second of a round in which each of `n` rows verifies w
@@ -376,9 +355,9 @@ class LoadAwareScheduler:
         is a plain round; otherwise the drafts are made and only the pass differs."""
         k = len(survival_sums)
         tokens = list(itertools.accumulate(survival_sums, initial=float(n)))
-        ratio, extras = self._ratio(rows), self._extra_seconds(k, rows)
+        ratio, extra = self._ratio(rows), self._extra(rows)
         passes = _pass_seconds(self.profile, rows, tuple(float(1 + w) for w in range(k + 1)))
-        rounds = [ratio * p + extra for p, extra in zip(passes, extras, strict=True)]
+        rounds = [ratio * p + w * extra for w, p in enumerate(passes)]
         drafting_seconds = self._drafting_seconds(k, rows) if drafting else [0.0] * (k + 1)
         return [t / (r + d) for t, r, d in zip(tokens, rounds, drafting_seconds, strict=True)]
 
@@ -386,8 +365,8 @@ class LoadAwareScheduler:
         """`[K + 1]` the expected seconds of drafting d = 0..K tokens for `rows` sequences: measured
         where d has been, else interpolated between the measured depths around d, else, below or
         above all of them, the nearest one's time scaled by d (optimistic below, which gets a cheaper
-        depth tried and measured). Nothing measured for `rows`: 0, so its first drafted round is
-        optimistic (a drafter's pass costs more the more sequences it reads)."""
+        depth tried and measured). Nothing measured for `rows`: 0, so its first round drafts (a
+        drafter's pass costs more the more sequences it reads)."""
         measured = self.draft_seconds.get(rows)
         if not measured:
             return [0.0] * (k + 1)
@@ -406,26 +385,6 @@ class LoadAwareScheduler:
                 seconds.append(measured[lower] + (measured[upper] - measured[lower]) * between)
         return seconds
 
-    def _extra_seconds(self, k: int, rows: int) -> list[float]:
-        """`[K + 1]` the expected seconds a round verifying w = 0..K drafts adds beyond `ratio` times
-        its pass: `a + b * w` for w > 0, the line (a, b >= 0) through the median measured at each
-        width, each weighing as many rounds as it kept; through 0 where one width is measured
-        (optimistic below it, which gets a narrower width tried and measured); 0 where none is. A
-        line, not each width's own median: a width measured in a few rounds reads as much as a
-        millisecond off on this machine, and a narrower width read dearer than a wider one stopped
-        the verify width short of drafts that paid (2026-12-05)."""
-        kept = {w: times for w, times in self.extras.get(rows, {}).items() if times}
-        if not kept:
-            return [0.0] * (k + 1)
-        widths = sorted(kept)
-        medians = [statistics.median(kept[w]) for w in widths]
-        counts = [float(len(kept[w])) for w in widths]
-        if len(widths) == 1:
-            intercept, slope = 0.0, max(medians[0], 0.0) / widths[0]
-        else:
-            intercept, slope = _nonnegative_line(widths, medians, counts)
-        return [0.0] + [intercept + slope * w for w in range(1, k + 1)]
-
     def _kept(self, store: dict[int, collections.deque[float]], key: int) -> collections.deque[float]:
         """The last ROUNDS_KEPT measurements of one kind under `key`, made empty if none yet."""
         return store.setdefault(key, collections.deque(maxlen=self.ROUNDS_KEPT))
@@ -435,19 +394,26 @@ class LoadAwareScheduler:
         kept = self.ratios.get(rows)
         return statistics.median(kept) if kept else 1.0
 
+    def _extra(self, rows: int) -> float:
+        """The seconds each verified draft adds to a round beyond `ratio` times its pass: the median
+        measured (none below 0: a drafted round measured faster than that means `ratio` is behind),
+        else 0. Per draft: the first, optimistic round verifies every draft it can, and its cost,
+        charged whole to a round of one draft, kept drafting off at four sequences (2026-12-05)."""
+        kept = self.extras.get(rows)
+        return max(statistics.median(kept), 0.0) if kept else 0.0
+
     def _start_round(self, rows: int, width: int) -> None:
         """A round of `rows` sequences verifying `width` drafts each begins: its pass is predicted now."""
         predicted = _pass_seconds(self.profile, rows, (float(1 + width),))[0]
         self._mark = (rows, width, time.perf_counter(), predicted)
 
     def _finish_round(self) -> None:
-        """Keep the last round's measured time: as `ratio` if it was plain, as `extra(width)` if it
-        verified drafts."""
+        """Keep the last round's measured time: as `ratio` if it was plain, as `extra` if it verified drafts."""
         if self._mark is not None:
             rows, width, started, predicted = self._mark
             seconds = time.perf_counter() - started
             if width:
-                self._kept(self.extras.setdefault(rows, {}), width).append(seconds - self._ratio(rows) * predicted)
+                self._kept(self.extras, rows).append((seconds - self._ratio(rows) * predicted) / width)
             else:
                 self._kept(self.ratios, rows).append(seconds / predicted)
             self._mark = None
