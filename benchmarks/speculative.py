@@ -261,7 +261,7 @@ def main() -> None:
         "tau counts the bonus/correction token (plain decoding = 1.00). "
         f"Prompts: held-out mail ({args.prompts}), T={args.temperature}. "
         f"tok/s: the mean of {args.repeats} runs per policy, each group decoded by every policy in turn, "
-        "in order and in reverse order by turns. "
+        "in order and in reverse order by turns; the other columns are the first run's. "
         f"Prompts per batch size: {', '.join(f'{b} x {groups_of[b]}' for b in args.batches)} (batch x groups).\n\n"
         "| batch | policy | tok/s | speedup | tau | tau iid | accept rate | conditional acceptance by position "
         "| c | verified/round | target passes | ms/round |\n" + "|---" * 12 + "|\n" + "\n".join(rows)
