@@ -278,6 +278,9 @@ class Retrospective:
     def commit(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
         self.inner.commit(tokens, counts)
 
+    def keep(self, rows: torch.Tensor) -> None:
+        self.inner.keep(rows)
+
 
 MUTATIONS = {
     "residual drawn from p": (Config(3), {(accept, "recovery_distribution"): residual_from_p}),

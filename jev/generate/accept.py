@@ -54,6 +54,10 @@ class SamplingSettings:
             raise ValueError(f"top_p must be in (0, 1], got {settings.top_p.tolist()}")
         return settings
 
+    def select(self, rows: torch.Tensor) -> "SamplingSettings":
+        """The settings of these sequences, in this order."""
+        return SamplingSettings(self.temperature[rows], self.top_k[rows], self.top_p[rows])
+
     @property
     def greedy(self) -> torch.Tensor:
         """`[B]` bool: the sequences decoded greedily."""

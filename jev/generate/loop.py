@@ -11,7 +11,8 @@ logits into tokens. One round, for all active sequences at once:
 6. the target cache is rolled back past rejected drafts (`LatentCache.truncate`), the drafter
    is told what was committed (and, if it reads the target's states, shown the target's hidden
    states at the committed positions), and the emitted tokens are appended (cut at a stop token
-   or at `max_new_tokens`).
+   or at `max_new_tokens`);
+7. once at most half the batch is still active, the active sequences go on alone (`shrink`).
 
 The target's cache always holds the prompt and the emitted tokens except the newest ("pending")
 one, which the next round's pass reads first. A drafter that reads the target's hidden states
@@ -55,6 +56,12 @@ class Randomness:
                 raise ValueError(f"seed needs one value per sequence ({batch}), got {len(seed)}")
             self.generators = [torch.Generator().manual_seed(int(s)) for s in seed]
         self.batch = batch
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Draw for these sequences alone from now on; each keeps its own generator, if it has one."""
+        if len(self.generators) > 1:
+            self.generators = [self.generators[row] for row in rows.tolist()]
+        self.batch = len(rows)
 
     def uniform(self, n: int) -> torch.Tensor:
         """`[B, n]` float64 uniforms."""
@@ -191,6 +198,7 @@ def generate(
     policy: VerifyPolicy | None = None,
     state: TargetState | None = None,
     no_repeat_ngram: int = 0,
+    shrink: bool = True,
 ) -> Generation:
     """Generate up to `max_new_tokens` per prompt; `drafter=None` is plain decoding.
 
@@ -207,6 +215,11 @@ def generate(
     `no_repeat_ngram = n > 0` bans every token that would write an n-gram of the generated text a
     second time (`jev.generate.repeats`); the distribution kept exactly is plain decoding's under
     the same ban.
+
+    `shrink`: once at most half the batch is still active, the active sequences go on alone (their
+    cache rows copied out, and back at the end), so the finished ones stop costing every pass a row.
+    A sequence's tokens keep exactly their distribution; its products may round differently in a
+    smaller batch, as in any other batch size.
     """
     prompts = _as_batch(prompt_ids)
     batch = len(prompts)
@@ -239,6 +252,9 @@ def generate(
     out = torch.zeros(batch, int(budget.max()) + depth_cap + 1, dtype=torch.int64)
     out_n = torch.zeros(batch, dtype=torch.int64)
     active = budget > 0
+    home, rows = cache, torch.arange(batch)  # rows: each sequence's place in `prompts`
+    results: list[list[int]] = [[] for _ in range(batch)]
+    written = torch.zeros(batch, dtype=torch.int64)
 
     while bool(active.any()):
         k = policy.draft_depth(active, depth_cap)
@@ -250,8 +266,8 @@ def generate(
             n_verified = torch.where(active, policy.verify_lengths(draft.survival, active), 0).clamp(max=k)
             stats.drafted += int(active.sum()) * k
         else:
-            draft = Draft.none(batch, model.config.vocab_size, model.dtype)
-            n_verified = torch.zeros(batch, dtype=torch.int64)
+            draft = Draft.none(len(rows), model.config.vocab_size, model.dtype)
+            n_verified = torch.zeros(len(rows), dtype=torch.int64)
         drafted, q = draft.tokens, draft.probs
         verify_started = time.perf_counter()
         stats.draft_seconds += verify_started - started
@@ -276,7 +292,7 @@ def generate(
         cache.truncate(torch.where(active, before + 1 + n_accepted, before))
         committed = torch.cat((pending.view(-1, 1), drafted), dim=1)
         counts = torch.where(active, 1 + n_accepted, 0)
-        emitted = torch.cat((drafted, drafted.new_zeros(batch, 1)), dim=1)
+        emitted = torch.cat((drafted, drafted.new_zeros(len(rows), 1)), dim=1)
         emitted = emitted.scatter(1, n_accepted.view(-1, 1), verdict.next_token.view(-1, 1))
         if drafter is not None:
             drafter.commit(committed, counts)
@@ -286,11 +302,36 @@ def generate(
         _count(stats, active, n_verified, n_accepted, verdict.bonus, width)
         active = _append(out, out_n, emitted, counts, budget, stop_ids, active)
         pending = verdict.next_token
+        if shrink and 0 < 2 * int(active.sum()) <= len(active):
+            left, kept = (~active).nonzero().view(-1), active.nonzero().view(-1)
+            _finish(results, written, rows[left], out[left], out_n[left])
+            if cache is not home:
+                home.put(rows[left], cache, left)
+            cache = cache.select(kept)
+            rows, budget, out, out_n, active, seen, pending = (
+                t[kept.to(t.device)] for t in (rows, budget, out, out_n, active, seen, pending)
+            )
+            settings = settings.select(kept)
+            rng.keep(kept)
+            if drafter is not None:
+                drafter.keep(kept)
+    _finish(results, written, rows, out, out_n)
+    if cache is not home:
+        home.put(rows, cache, torch.arange(len(rows)))
     if drafter is not None:
         stats.drafter_passes = drafter.passes - passes_before
     prompt_n = torch.tensor(list(map(len, prompts)))
-    cache.truncate(torch.minimum(cache.lengths, (prompt_n + out_n - 1).clamp(min=0)))
-    return Generation(tokens=rows_of(out, out_n), stats=stats, cache=cache)
+    home.truncate(torch.minimum(home.lengths, (prompt_n + written - 1).clamp(min=0)))
+    return Generation(tokens=results, stats=stats, cache=home)
+
+
+def _finish(
+    results: list[list[int]], written: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, out_n: torch.Tensor
+) -> None:
+    """Record the tokens `out[i, :out_n[i]]` of the sequences `rows[i]` in their places."""
+    for row, tokens in zip(rows.tolist(), rows_of(out, out_n), strict=True):
+        results[row] = tokens
+    written[rows] = out_n
 
 
 def _as_batch(prompt_ids: Sequence[int] | Sequence[Sequence[int]]) -> list[list[int]]:

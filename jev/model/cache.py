@@ -97,6 +97,14 @@ class LatentCache:
         keys = None if self.index_keys is None else self.index_keys[:, index]
         return LatentCache.over(self.latent[:, index], keys, self.lengths[index].clone())
 
+    def put(self, rows: torch.Tensor, source: "LatentCache", source_rows: torch.Tensor) -> None:
+        """Copy `source`'s sequences `source_rows` into this cache's `rows`, lengths included: the way
+        back for a `select`ion that went on without the others."""
+        self.latent[:, rows] = source.latent[:, source_rows]
+        if self.index_keys is not None:
+            self.index_keys[:, rows] = source.index_keys[:, source_rows]
+        self.lengths[rows] = source.lengths[source_rows]
+
     @classmethod
     def over(
         cls, latent: torch.Tensor, index_keys: torch.Tensor | None, lengths: torch.Tensor | None = None

@@ -92,6 +92,12 @@ class AutoregressiveDrafter:
         self._backlog, self._backlog_n = concat_rows(self._backlog, old_n, tail, tail_n)
         self._drafted_k = 0
 
+    def keep(self, rows: torch.Tensor) -> None:
+        self._cache = self._cache.select(rows)
+        self._base = self._base[rows.to(self._base.device)]
+        rows = rows.cpu()
+        self._backlog, self._backlog_n = self._backlog[rows], self._backlog_n[rows]
+
 
 def _append_column(
     tokens: torch.Tensor, counts: torch.Tensor, column: torch.Tensor

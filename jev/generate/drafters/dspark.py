@@ -229,6 +229,9 @@ class DSparkDrafter:
     def commit(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
         """Nothing to roll back: the state after the commit arrives with the next `observe`."""
 
+    def keep(self, rows: torch.Tensor) -> None:
+        self._hidden = self._hidden[rows.to(self._hidden.device)]
+
     @torch.no_grad()
     def draft(
         self, hidden: torch.Tensor, pending: torch.Tensor, settings: SamplingSettings, uniforms: torch.Tensor

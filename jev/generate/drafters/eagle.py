@@ -180,6 +180,13 @@ class EagleDrafter:
         """Roll the drafted entries back: the target's states for what it accepted come with `observe`."""
         self._cache.truncate(self._base)
 
+    def keep(self, rows: torch.Tensor) -> None:
+        self._cache = self._cache.select(rows)
+        self._base = self._base[rows.to(self._base.device)]
+        rows = rows.cpu()
+        self._unread = self._unread[rows]
+        self._features, self._tokens = self._features[rows.to(self._features.device)], self._tokens[rows]
+
     def _step(self, features: torch.Tensor, tokens: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """One layer pass appending entries `(features [B, T, D], tokens [B, T])`, `counts [B]` real per row."""
         device = self.target.device

@@ -85,3 +85,6 @@ class LookupDrafter:
     def commit(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
         for text, row, count in zip(self._texts, tokens.tolist(), counts.tolist(), strict=True):
             text.extend(row[:count])
+
+    def keep(self, rows: torch.Tensor) -> None:
+        self._texts = [self._texts[row] for row in rows.tolist()]

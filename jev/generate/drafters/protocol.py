@@ -2,7 +2,8 @@
 
 A drafter keeps its own state per sequence (for an autoregressive drafter, its own latent cache)
 and follows the target: `start` with the prompts, then each round `propose` k tokens from the
-pending token, and `commit` what the target actually accepted so it can roll back the rest. A
+pending token, and `commit` what the target actually accepted so it can roll back the rest; `keep`
+drops the sequences that have finished. A
 drafter that reads the target's hidden states (DSpark, EAGLE) also gets `observe`d after the
 prefill and after every verify pass, with the states of every position the target read.
 
@@ -62,6 +63,10 @@ class Drafter(Protocol):
 
     def commit(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
         """The target committed `tokens[b, :counts[b]]` (the pending token, then the accepted drafts)."""
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Go on with these sequences alone, in this order (`rows`: their indices in the batch so far):
+        the others have finished. Called after a `commit`."""
 
 
 @runtime_checkable
