@@ -8,7 +8,9 @@ Prompts are real held-out mail (`data/mail/test.jsonl`), in one of two forms:
   stops at the closing quote, as in a served decision.
 
 For each batch size, plain decoding, every fixed draft length and the load-aware scheduler
-generate up to `--new-tokens` per prompt, over `ceil(--min-prompts / batch)` disjoint groups of
+generate up to `--new-tokens` per prompt (each batch going on over its active sequences alone once
+half of them have finished, as `generate` does; "plain, whole batch" is plain decoding without that,
+every pass over the whole batch), over `ceil(--min-prompts / batch)` disjoint groups of
 `batch` prompts decoded one group after another, so that a small batch is not one mail's few
 tokens (a subject line is 5-15). The scheduler first serves one batch of 32 other
 held-out prompts, as a running service's scheduler has seen traffic (it learns round costs and
@@ -107,6 +109,7 @@ def decode(
     policy: VerifyPolicy | None,
     stop: frozenset[int] = frozenset(),
     room: int = 0,
+    shrink: bool = True,
 ) -> tuple[float, int, GenerationStats]:
     """Decode one group of prompts: (wall seconds, tokens emitted, counters). The caches hold the
     prompts, the new tokens and `room` drafts more (at least `draft_len`)."""
@@ -127,6 +130,7 @@ def decode(
         policy=policy,
         stop=stop,
         state=state,
+        shrink=shrink,
     )
     return time.perf_counter() - started, sum(len(t) for t in out.tokens), out.stats
 
@@ -222,8 +226,12 @@ def main() -> None:
     settings = {**{k: str(v) for k, v in vars(args).items()}, "drafter_kind": kind}
     results: dict[str, Any] = {"settings": settings, "runs": {}}
     rows = []
-    policies = {"plain": (None, 0, None), **{f"k={k}": (drafter, k, None) for k in args.draft_lens}}
-    policies["load-aware"] = (drafter, longest, scheduler)
+    policies = {
+        "plain": (None, 0, None, True),
+        "plain, whole batch": (None, 0, None, False),
+        **{f"k={k}": (drafter, k, None, True) for k in args.draft_lens},
+        "load-aware": (drafter, longest, scheduler, True),
+    }
     for batch in args.batches:
         groups = [prompts[g * batch : (g + 1) * batch] for g in range(groups_of[batch])]
         order = list(policies)
@@ -232,14 +240,14 @@ def main() -> None:
         for repeat in range(args.repeats):
             for g, group in enumerate(groups):
                 for name in order if (repeat + g) % 2 == 0 else order[::-1]:
-                    policy_drafter, k, policy = policies[name]
+                    policy_drafter, k, policy, shrink = policies[name]
                     decoded[repeat][name].append(
                         decode(target, group, args.new_tokens, args.temperature, policy_drafter, k, policy, stop,
-                               longest)
+                               longest, shrink)
                     )
         runs: dict[str, dict[str, Any]] = {}
         for name in order:
-            policy_drafter, k, _ = policies[name]
+            policy_drafter, k, _, _ = policies[name]
             by_repeat = [measures(by_name[name], k, policy_drafter is not None) for by_name in decoded]
             rates = [r["tokens_per_second"] for r in by_repeat]
             runs[name] = by_repeat[0]
