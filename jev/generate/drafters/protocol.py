@@ -3,9 +3,9 @@
 A drafter keeps its own state per sequence (for an autoregressive drafter, its own latent cache)
 and follows the target: `start` with the prompts, then each round `propose` k tokens from the
 pending token, and `commit` what the target actually accepted so it can roll back the rest; `keep`
-drops the sequences that have finished. A
-drafter that reads the target's hidden states (DSpark, EAGLE) also gets `observe`d after the
-prefill and after every verify pass, with the states of every position the target read.
+drops the sequences that have finished. A drafter that reads the target's hidden states (DSpark,
+EAGLE) also gets `observe`d after the prefill and after every verify pass, with the states of
+every position the target read.
 
 Both kinds import these from here; the package's `load_drafter` picks the kind a folder holds.
 """
