@@ -140,14 +140,25 @@ def test_profile_measures_a_real_model() -> None:
     assert all(t > 0 for row in profile.seconds for t in row)
 
 
+def holding(scheduler: LoadAwareScheduler, survival: list[float]) -> LoadAwareScheduler:
+    """The drafter's estimates `survival`, and its first draft verified MIN_OUTCOMES times and accepted
+    at that rate: a first position that is measured."""
+    scheduler.expected_survival = list(survival)
+    outcomes = LoadAwareScheduler.MIN_OUTCOMES
+    scheduler.verified_at = [float(outcomes)]
+    scheduler.accepted_at = [outcomes * survival[0]]
+    scheduler.estimated_at = [outcomes * survival[0]]
+    return scheduler
+
+
 def measured(
     survival: list[float], draft_seconds_per_token: float, round_ratio: float = 1.0, rows: int = 1
 ) -> LoadAwareScheduler:
     """A scheduler on a flat profile (1 pass/s) that has measured rounds like these (drafting as deep
     as `survival`, at `draft_seconds_per_token` a token; rounds of `rows` sequences taking
-    `round_ratio` times their pass)."""
-    scheduler = LoadAwareScheduler(flat_then_linear(1000))
-    scheduler.expected_survival = list(survival)
+    `round_ratio` times their pass), its first draft verified MIN_OUTCOMES times and accepted at
+    the drafter's estimate."""
+    scheduler = holding(LoadAwareScheduler(flat_then_linear(1000)), survival)
     if draft_seconds_per_token:
         scheduler.draft_seconds = {rows: {len(survival): len(survival) * draft_seconds_per_token}}
     scheduler.ratios[rows] = collections.deque([round_ratio])
@@ -184,7 +195,7 @@ def test_a_real_round_is_timed() -> None:
     scheduler.record(torch.tensor([2]), torch.tensor([1]))
     assert list(scheduler.extras) == [1] and not scheduler.ratios, "a drafted round measures `extra` only"
     assert scheduler.extras[1][0] == pytest.approx(-0.5, abs=0.05) and scheduler._extra(1) == 0.0
-    scheduler.expected_survival = [0.0, 0.0]  # nothing holds: the next round is plain
+    holding(scheduler, [0.0, 0.0])  # nothing holds: the next round is plain
     assert scheduler.draft_depth(on(1), 2) == 0
     scheduler.record(torch.tensor([0]), torch.tensor([0]))
     assert list(scheduler.ratios) == [1] and 0 < scheduler._ratio(1) < 0.1, "a fast round against a 1 s profile"
@@ -194,7 +205,7 @@ def test_one_slow_round_moves_no_round_cost() -> None:
     """Three plain rounds far faster than their profiled 10 ms, then one 20x slower: the median of the
     four is still a fast round's, where a running mean weighing the last round half read about 10."""
     scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 1000), (100.0, 100.0)))
-    scheduler.expected_survival = [0.0]  # nothing holds: every round is plain
+    holding(scheduler, [0.0])  # nothing holds: every round is plain
     for pause in (0.0, 0.0, 0.0, 0.2):
         assert scheduler.draft_depth(on(1), 1) == 0
         time.sleep(pause)
@@ -280,9 +291,26 @@ def test_a_probe_verifies_its_draft_whatever_the_drafter_claims() -> None:
     claim = torch.tensor([[0.0]], dtype=torch.float64)
     assert scheduler.verify_lengths(claim, on(1)).tolist() == [1]
     scheduler.record(torch.tensor([1]), torch.tensor([0]))
-    scheduler.expected_survival = [1.0]  # a round that drafts on its estimate, not as a probe
+    holding(scheduler, [1.0])  # a round that drafts on its estimate, not as a probe
     assert scheduler.draft_depth(on(1), 1) == 1
     assert scheduler.verify_lengths(claim, on(1)).tolist() == [0]
+
+
+def test_until_the_first_draft_is_measured_every_round_verifies_one() -> None:
+    """A fresh scheduler whose drafter claims nothing would open no width on its claims, and learn
+    nothing: until the first position has MIN_OUTCOMES outcomes, every round drafts and verifies its
+    first draft, the optimistic first one (three deep) included. At one draft a round, fading by
+    1 - 1 / WINDOW a draft, that takes 10 rounds (9.06 by the sum of the fades)."""
+    scheduler = LoadAwareScheduler(flat_then_linear(1000))
+    depths = []
+    while not scheduler._measured(0):
+        depth = scheduler.draft_depth(on(1), 3)
+        claim = torch.zeros(1, depth, dtype=torch.float64)
+        assert depth and scheduler.verify_lengths(claim, on(1)).tolist() == [1]
+        scheduler.record(torch.tensor([1]), torch.tensor([0]))
+        depths.append(depth)
+    assert depths == [3] + [1] * 9
+    assert scheduler._expected_survival(1) == [0.0]
 
 
 def faded(history: list[int], rows: int = 1) -> list[float]:
@@ -311,6 +339,7 @@ def test_acceptance_is_measured_over_the_recent_drafts() -> None:
 def test_observed_acceptance_overrides_the_drafters_optimism() -> None:
     """The drafter claims 0.9 survival; the accept rule accepted nothing in 8 rounds: stop drafting."""
     scheduler = measured([0.9, 0.8], 0.1)
+    scheduler.verified_at, scheduler.accepted_at, scheduler.estimated_at = [], [], []  # nothing verified yet
     assert scheduler.draft_depth(on(1), 2) == 2
     for _ in range(LoadAwareScheduler.MIN_OUTCOMES):
         scheduler.record(torch.tensor([2, 0]), torch.tensor([0, 0]))

@@ -169,8 +169,12 @@ class LoadAwareScheduler:
     decide how deep the next round drafts, if at all; the first round, with nothing measured, is
     optimistic, a plain run is broken now and then by a one-token probe (PROBE_SHARE), and a
     drafting run by a plain round (PLAIN_EVERY) that keeps `ratio` current. A probe verifies its
-    draft whatever the drafter claims for it. All of it comes from past rounds, so no verify
-    decision depends on the tokens it decides about.
+    draft whatever the drafter claims for it. Until the first draft position has been verified
+    MIN_OUTCOMES times, every round drafts and verifies at least one token (where the drafter has
+    run at that number of sequences before, or drafts on its own estimate): the shipped drafter's
+    claims run low (greedy, less than half the rate that held), and a warm-up whose optimistic
+    first round verified nothing on them left a fresh scheduler decoding plainly on those claims.
+    All of it comes from past rounds, so no verify decision depends on the tokens it decides about.
     """
 
     MIN_OUTCOMES = 8
@@ -236,10 +240,12 @@ class LoadAwareScheduler:
         sums = [n_active * s for s in self._expected_survival(draft_len)]
         theta = self._throughput(sums, n_active, rows, drafting=True)
         depth = max(range(len(theta)), key=theta.__getitem__)
+        first_known = self._measured(0)
         if depth == 0 and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
             tokens = n_active + sums[0]
-            if self.plain_seconds * self.PROBE_SHARE > tokens / theta[1] - tokens / theta[0]:
+            if not first_known or self.plain_seconds * self.PROBE_SHARE > tokens / theta[1] - tokens / theta[0]:
                 depth, self._probing = 1, True
+        self._probing |= depth > 0 and not first_known
         if depth and self.drafted_in_a_row.get(rows, 0) >= self.PLAIN_EVERY:
             depth, self._probing = 0, False
         self.drafted_in_a_row[rows] = self.drafted_in_a_row.get(rows, 0) + 1 if depth else 0
@@ -308,12 +314,16 @@ class LoadAwareScheduler:
             for counts in (self.verified_at, self.accepted_at, self.estimated_at):
                 counts += [0.0] * grow
 
+    def _measured(self, j: int) -> bool:
+        """Whether draft position j has been verified MIN_OUTCOMES times (its rate is measured)."""
+        return j < len(self.verified_at) and self.verified_at[j] >= self.MIN_OUTCOMES
+
     def _factors(self, depth: int) -> list[float]:
         """Per position up to `depth`: how many drafts were accepted there against how many the
         drafter's estimates predicted, where it has been verified MIN_OUTCOMES times; else 1."""
         return [
             self.accepted_at[j] / max(self.estimated_at[j], 1e-12)
-            if j < len(self.verified_at) and self.verified_at[j] >= self.MIN_OUTCOMES and self.estimated_at[j] > 0
+            if self._measured(j) and self.estimated_at[j] > 0
             else 1.0
             for j in range(depth)
         ]
@@ -344,7 +354,7 @@ class LoadAwareScheduler:
         for j in range(min(depth, len(self.expected_survival))):
             estimate[j] = self.expected_survival[j]
         for j in range(min(depth, len(self.verified_at))):
-            if self.verified_at[j] >= self.MIN_OUTCOMES:
+            if self._measured(j):
                 estimate[j] = self.accepted_at[j] / max(self.verified_at[j], 1e-12)
         return estimate
 
