@@ -254,7 +254,6 @@ def generate(
     active = budget > 0
     home, rows = cache, torch.arange(batch)  # rows: each sequence's place in `prompts`
     results: list[list[int]] = [[] for _ in range(batch)]
-    written = torch.zeros(batch, dtype=torch.int64)
 
     while bool(active.any()):
         k = policy.draft_depth(active, depth_cap)
@@ -304,7 +303,7 @@ def generate(
         pending = verdict.next_token
         if shrink and 0 < 2 * int(active.sum()) <= len(active):
             left, kept = (~active).nonzero().view(-1), active.nonzero().view(-1)
-            _finish(results, written, rows[left], out[left], out_n[left])
+            _finish(results, rows[left], out[left], out_n[left])
             if cache is not home:
                 home.put(rows[left], cache, left)
             cache = cache.select(kept)
@@ -315,23 +314,20 @@ def generate(
             rng.keep(kept)
             if drafter is not None:
                 drafter.keep(kept)
-    _finish(results, written, rows, out, out_n)
+    _finish(results, rows, out, out_n)
     if cache is not home:
         home.put(rows, cache, torch.arange(len(rows)))
     if drafter is not None:
         stats.drafter_passes = drafter.passes - passes_before
-    prompt_n = torch.tensor(list(map(len, prompts)))
+    prompt_n, written = torch.tensor(list(map(len, prompts))), torch.tensor(list(map(len, results)))
     home.truncate(torch.minimum(home.lengths, (prompt_n + written - 1).clamp(min=0)))
     return Generation(tokens=results, stats=stats, cache=home)
 
 
-def _finish(
-    results: list[list[int]], written: torch.Tensor, rows: torch.Tensor, out: torch.Tensor, out_n: torch.Tensor
-) -> None:
+def _finish(results: list[list[int]], rows: torch.Tensor, out: torch.Tensor, out_n: torch.Tensor) -> None:
     """Record the tokens `out[i, :out_n[i]]` of the sequences `rows[i]` in their places."""
     for row, tokens in zip(rows.tolist(), rows_of(out, out_n), strict=True):
         results[row] = tokens
-    written[rows] = out_n
 
 
 def _as_batch(prompt_ids: Sequence[int] | Sequence[Sequence[int]]) -> list[list[int]]:
