@@ -1,8 +1,9 @@
 """What each change to the bfloat16 decision pass buys, measured in one run: the median test mail's
 decision (`benchmarks.decision_cost`'s input) on `mixed` weights as shipped, and with one change at a
 time put back as it was:
-- the attention through SDPA's fused kernel (values padded to the keys' width) in place of
-  `jev.model.mla.causal_attention_bfloat16`;
+- the attention in the other form: the explicit products (`jev.model.mla.explicit_causal_attention`)
+  where this CPU takes SDPA's fused kernel (it has AMX), SDPA's kernel
+  (`jev.model.mla.fused_causal_attention`) where it takes the explicit products;
 - the last layer run for every row, its field rows picked afterwards, in place of the field rows
   alone (`Model.layer_states(read=...)`).
 
@@ -21,7 +22,6 @@ from pathlib import Path
 import torch
 
 from benchmarks.decision_cost import median_mail
-from benchmarks.prefill_attention import sdpa
 from benchmarks.report import median_time, write_results
 from jev.decide.decider import Decider
 from jev.model import Model, mla
@@ -39,9 +39,14 @@ def every_row(layer_states: Callable) -> Callable:
 
 # What each variant's pass runs: the attention, and the layers.
 SHIPPED = (mla.causal_attention_bfloat16, Model.layer_states)
+OTHER_ATTENTION = (
+    ("attention as explicit products", mla.explicit_causal_attention)
+    if SHIPPED[0] is mla.fused_causal_attention
+    else ("attention through SDPA", mla.fused_causal_attention)
+)
 VARIANTS: dict[str, tuple[Callable, Callable]] = {
     "shipped": SHIPPED,
-    "attention through SDPA": (sdpa, SHIPPED[1]),
+    OTHER_ATTENTION[0]: (OTHER_ATTENTION[1], SHIPPED[1]),
     "the last layer for every row": (SHIPPED[0], every_row(SHIPPED[1])),
 }
 

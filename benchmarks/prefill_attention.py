@@ -1,11 +1,12 @@
 """What the attention of a fresh bfloat16 pass (a decision, a prompt) costs: SDPA's fused CPU kernel
-against Jev's explicit form (`jev.model.mla.causal_attention_bfloat16`), and how far each lands from
+(`jev.model.mla.fused_causal_attention`, taken where the CPU has AMX) against Jev's explicit form
+(`jev.model.mla.explicit_causal_attention`, taken elsewhere), and how far each lands from
 float64 on the shipped model's own queries, keys and values. The explicit form without its shift of
 the scores by each row's peak is timed and measured beside them: what the shift costs and buys.
 What the form buys a whole decision is in `benchmarks/decision_pass.py`.
 
 - Time: random bfloat16 heads of the model's shape (9 heads; queries and keys 96 wide, values 64,
-  padded to 96 for SDPA as Jev called it before), per sequence at batch 1 and 32, by length, the
+  padded to 96 for SDPA, as Jev calls it), per sequence at batch 1 and 32, by length, the
   forms timed in turn over `--rounds` rounds (median), with the same thread count.
 - Error: every layer's inputs to the attention in the decision passes of the first `--mails` test
   mails (recorded by wrapping the function), against float64 attention: mean and largest absolute
@@ -21,7 +22,6 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from benchmarks.report import median_time, write_results
 from jev.decide.decider import Decider
@@ -31,12 +31,6 @@ HEADS, QK, V = 9, 96, 64
 Figures = dict[str, dict[str, float]]  # per form: its measures
 LENGTHS = (64, 128, 192, 256, 512)
 BATCHES = (1, 32)
-
-
-def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
-    """SDPA's fused kernel as Jev called it before: values padded to the keys' width."""
-    padded = F.pad(value, (0, query.shape[-1] - value.shape[-1]))
-    return F.scaled_dot_product_attention(query, key, padded, is_causal=True, scale=scale)[..., : value.shape[-1]]
 
 
 def unshifted(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
@@ -52,7 +46,7 @@ def unshifted(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale
     return torch.cat(out)
 
 
-FORMS = {"sdpa": sdpa, "explicit": mla.causal_attention_bfloat16, "unshifted": unshifted}
+FORMS = {"sdpa": mla.fused_causal_attention, "explicit": mla.explicit_causal_attention, "unshifted": unshifted}
 LABELS = {"sdpa": "SDPA fused (values padded)", "explicit": "explicit", "unshifted": "explicit, scores unshifted"}
 
 

@@ -1,8 +1,8 @@
-"""The bfloat16 causal attention of fresh sequences (`jev.model.mla.causal_attention_bfloat16`).
+"""The explicit bfloat16 causal attention of fresh sequences (`jev.model.mla.explicit_causal_attention`).
 
-It replaces SDPA's fused kernel on bfloat16 decision and prompt passes, so it is checked against
-float64 attention written out as a loop over queries, at SDPA's own bfloat16 error, and across the
-chunks it splits a batch into.
+It replaces SDPA's fused kernel on bfloat16 decision and prompt passes where the CPU has no AMX, so
+it is checked against float64 attention written out as a loop over queries, at SDPA's own bfloat16
+error, and across the chunks it splits a batch into.
 """
 
 import math
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from jev.model import mla as mla_module
-from jev.model.mla import causal_attention_bfloat16
+from jev.model.mla import explicit_causal_attention
 
 SCALE = 96**-0.5
 
@@ -41,7 +41,7 @@ def test_it_is_causal_attention_at_sdpas_bfloat16_error(length):
     # bfloat16 as they are would triple SDPA's mean error, and fail this test
     query, key, value = random_heads(2, length, seed=length)
     reference = looped_attention(query, key, value)
-    got = causal_attention_bfloat16(query, key, value, SCALE)
+    got = explicit_causal_attention(query, key, value, SCALE)
     assert got.dtype == torch.bfloat16 and got.shape == reference.shape
     padded = F.pad(value, (0, 32))  # SDPA's fused kernel, as the float32 path calls it
     sdpa = F.scaled_dot_product_attention(query, key, padded, is_causal=True, scale=SCALE)[..., :64]
@@ -53,17 +53,17 @@ def test_it_is_causal_attention_at_sdpas_bfloat16_error(length):
 def test_a_row_comes_out_the_same_alone_and_in_a_chunked_batch(monkeypatch):
     query, key, value = random_heads(5, 40, seed=1)
     monkeypatch.setattr(mla_module, "SCORES_PER_CHUNK", 2 * 9 * 40 * 40)  # chunks of 2, 2 and 1 rows
-    batched = causal_attention_bfloat16(query, key, value, SCALE)
+    batched = explicit_causal_attention(query, key, value, SCALE)
     for row in range(5):
-        alone = causal_attention_bfloat16(query[row : row + 1], key[row : row + 1], value[row : row + 1], SCALE)
+        alone = explicit_causal_attention(query[row : row + 1], key[row : row + 1], value[row : row + 1], SCALE)
         assert torch.equal(batched[row : row + 1], alone)
 
 
 def test_a_right_padded_row_reads_none_of_its_padding():
     query, key, value = random_heads(1, 12, seed=2)
-    short = causal_attention_bfloat16(query[:, :, :8], key[:, :, :8], value[:, :, :8], SCALE)
+    short = explicit_causal_attention(query[:, :, :8], key[:, :, :8], value[:, :, :8], SCALE)
     noise = torch.full_like(key[:, :, 8:], math.pi)
-    padded = causal_attention_bfloat16(
+    padded = explicit_causal_attention(
         query, torch.cat((key[:, :, :8], noise), 2), torch.cat((value[:, :, :8], noise[..., :64]), 2), SCALE
     )
     assert torch.equal(padded[:, :, :8], short)

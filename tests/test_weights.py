@@ -242,6 +242,27 @@ def test_the_model_stays_close_to_float32(weights, bound):
     assert 0 < kl.max() < bound  # changed, and only by the rounding of the weights (and bf16's inputs)
 
 
+@pytest.mark.parametrize("attention", [mla_module.fused_causal_attention, mla_module.explicit_causal_attention])
+def test_a_fresh_bfloat16_pass_stays_close_to_float32_through_either_attention(monkeypatch, attention):
+    # a CPU with AMX takes SDPA's fused kernel, one without the explicit form: both are checked here
+    calls = []
+
+    def counted(*args):
+        calls.append(args[0].dtype)
+        return attention(*args)
+
+    monkeypatch.setattr(mla_module, "causal_attention_bfloat16", counted)
+    model = random_model(tiny_config(), seed=3)
+    ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        reference = torch.log_softmax(model(ids).double(), -1)
+        store_weights(model, "bf16")
+        got = torch.log_softmax(model(ids).double(), -1)
+    assert calls == [torch.bfloat16] * model.config.num_hidden_layers
+    kl = (reference.exp() * (reference - got)).sum(-1)
+    assert 0 < kl.max() < 1e-3
+
+
 def test_mixed_multiplies_fresh_passes_in_bfloat16_and_cache_extensions_in_float16():
     models = {}
     for weights in HALF:

@@ -26,6 +26,7 @@ from jev.model.cache import LatentCache
 from jev.model.config import ModelConfig
 from jev.model.indexer import Indexer
 from jev.model.norm import RMSNorm
+from jev.model.precision import amx_bfloat16
 from jev.model.rope import rotate_by, rotation, softmax_scale
 
 # A prefill (no past tokens) up to this many keys runs its sparse attention as dense attention
@@ -199,18 +200,13 @@ class MLA(nn.Module):
         value = value.transpose(1, 2)
         # Fresh sequences are right-padded from position 0, so plain causal attention is exact for
         # every real query; padding queries' outputs are never read.
-        if visible is None and query.dtype == torch.bfloat16:
-            return causal_attention_bfloat16(query, key, value, self.scale).transpose(1, 2)
-        # SDPA's fused CPU kernel needs values as wide as the keys; without it, it falls back to the
-        # unfused path at about twice the time. The zero columns add nothing to the output.
-        value = F.pad(value, (0, query.shape[-1] - self.d_v))
         if visible is None:
-            # Causal, SDPA takes its fused kernel (faster forward and backward on CPU than with an
-            # explicit mask).
-            out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=self.scale)
-        else:
-            visible[..., 0] |= ~visible.any(-1)  # padding queries read key 0 rather than produce NaN
-            out = F.scaled_dot_product_attention(query, key, value, attn_mask=visible.unsqueeze(1), scale=self.scale)
+            attend = causal_attention_bfloat16 if query.dtype == torch.bfloat16 else fused_causal_attention
+            return attend(query, key, value, self.scale).transpose(1, 2)
+        visible[..., 0] |= ~visible.any(-1)  # padding queries read key 0 rather than produce NaN
+        # SDPA's fused CPU kernel needs values as wide as the keys (`fused_causal_attention`).
+        padded = F.pad(value, (0, query.shape[-1] - self.d_v))
+        out = F.scaled_dot_product_attention(query, key, padded, attn_mask=visible.unsqueeze(1), scale=self.scale)
         return out.transpose(1, 2)[..., : self.d_v]
 
     def dense_training_attention(
@@ -252,20 +248,33 @@ class MLA(nn.Module):
 SCORES_PER_CHUNK = 700_000
 
 
-def causal_attention_bfloat16(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """Causal attention of fresh sequences in bfloat16: `[B, H, T, d]` queries and keys, `[B, H, T, d_v]`
+def fused_causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
+    """Causal attention through SDPA's fused CPU kernel: `[B, H, T, d]` queries and keys, `[B, H, T, d_v]`
     values -> `[B, H, T, d_v]`.
 
-    Why not SDPA: at a decision's few hundred tokens its fused CPU kernel runs these 96-wide bfloat16
-    heads (values padded to 96) slower than three batched products and a softmax
-    (`benchmarks/prefill_attention.py`). A bfloat16 product rounds its output, and an attention sink's
-    score reaches 80 in the shipped model, so the scores are taken relative to each row's largest:
-    a first product finds it, and the second subtracts it inside its float32 sums (one more column,
-    the negated peak against ones), so the scores that carry the softmax come out near zero, where
-    bfloat16 is fine. That keeps the error at SDPA's (float32 scores); rounding the plain scores
-    doubled it. Sequences go a few at a time (SCORES_PER_CHUNK).
+    The kernel fuses only values as wide as the keys (MLA's are 64 wide, its keys 96); without it,
+    it falls back to its unfused path at about twice the time. So the values are padded with zeros,
+    which add nothing to the output. It computes the scores in float32 whatever the inputs' dtype,
+    faster forward and backward on a CPU than with an explicit mask."""
+    padded = F.pad(value, (0, query.shape[-1] - value.shape[-1]))
+    return F.scaled_dot_product_attention(query, key, padded, is_causal=True, scale=scale)[..., : value.shape[-1]]
+
+
+def explicit_causal_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Causal attention of fresh sequences in bfloat16 as batched products: `[B, H, T, d]` queries and
+    keys, `[B, H, T, d_v]` values -> `[B, H, T, d_v]`.
+
+    Why: where the CPU has no AMX, SDPA's fused kernel multiplies bfloat16 without oneDNN's brgemm,
+    and at a decision's few hundred tokens it runs these 96-wide heads (values padded to 96) slower
+    than three batched products and a softmax (`benchmarks/prefill_attention.py`). A bfloat16
+    product rounds its output, and an attention sink's score reaches 80 in the shipped model, so
+    the scores are taken relative to each row's largest: a first product finds it, and the second
+    subtracts it inside its float32 sums (one more column, the negated peak against ones), so the
+    scores that carry the softmax come out near zero, where bfloat16 is fine. That keeps the error
+    at SDPA's (float32 scores); rounding the plain scores doubled it. Sequences go a few at a time
+    (SCORES_PER_CHUNK).
     """
     size, heads, length, _ = query.shape
     mask = torch.full((length, length), float("-inf"), dtype=query.dtype, device=query.device).triu(1)
@@ -279,6 +288,12 @@ def causal_attention_bfloat16(
         scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).add_(mask)
         out.append(torch.matmul(torch.softmax(scores, dim=-1), value[chunk]))
     return out[0] if len(out) == 1 else torch.cat(out)
+
+
+# The causal attention of a fresh bfloat16 pass (a decision, a prompt): SDPA's fused kernel where
+# it multiplies through AMX tiles (about a third of the explicit form's time per layer at a
+# decision's 192 tokens on an AMX Xeon), the explicit form elsewhere.
+causal_attention_bfloat16 = fused_causal_attention if amx_bfloat16() else explicit_causal_attention
 
 
 def _per_head(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -13,13 +13,23 @@ import torch
 PRECISIONS = ("auto", "float32", "bfloat16")
 
 
+def _cpu_flags() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
 def native_bfloat16() -> bool:
     """Whether this CPU multiplies bfloat16 matrices in hardware (AVX-512 BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    flags = _cpu_flags()
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def amx_bfloat16() -> bool:
+    """Whether this CPU has AMX tiles for bfloat16: torch's small fused kernels (SDPA's flash
+    attention) multiply through oneDNN's brgemm only there, and fall back to slower products elsewhere."""
+    return "amx_bf16" in _cpu_flags()
 
 
 def resolve_autocast(precision: str, device: str = "cpu") -> bool:
