@@ -175,9 +175,10 @@ def test_a_bfloat16_row_depends_on_its_batch_only_through_the_block_size_and_by_
 def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypatch):
     linear = nn.Linear(64, 48, bias=False)
     product = STORED["bf16"](linear)
-    x = torch.randn(8344, 64)  # two blocks of 4096 rows and 152 more, multiplied as 160
+    block = weights_module.ROW_BLOCK
+    x = torch.randn(2 * block + 152, 64)  # two blocks and 152 more rows, multiplied as 160
     together = product(x)
-    for rows in (slice(4090, 4100), slice(4095, 4096), slice(8343, 8344), slice(0, 4097)):
+    for rows in (slice(block - 6, block + 4), slice(block - 1, block), slice(-1, None), slice(0, block + 1)):
         assert torch.equal(product(x[rows]), together[rows]), rows
     exact = x.bfloat16().double() @ linear.weight.detach().bfloat16().double().T
     torch.testing.assert_close(together.double(), exact, atol=2e-2, rtol=1e-2)
@@ -188,11 +189,11 @@ def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypa
         return packed_product(rows, packed)
 
     monkeypatch.setattr(weights_module, "packed_product", counting)
-    for n in range(1, 4200):
+    for n in range(1, block + 104):
         product(torch.randn(n, 64))
-    # as they come up to 16, then rounded up to 16s up to 256, 64s up to 1024 and 256s up to a block of 4096
-    expected = set(range(1, 17)) | set(range(32, 257, 16)) | set(range(320, 1025, 64)) | set(range(1280, 4097, 256))
-    assert seen == expected
+    # as they come up to 16, then rounded up to 16s up to 256, 64s up to 1024 and 256s up to a block
+    expected = set(range(1, 17)) | set(range(32, 257, 16)) | set(range(320, 1025, 64))
+    assert seen == expected | set(range(1280, block + 1, 256))
 
 
 def test_a_batched_extension_multiplies_every_row_alike_in_fixed_blocks():

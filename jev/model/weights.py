@@ -88,8 +88,9 @@ class Fp16Linear(nn.Module):
 # soak test). So rows are multiplied in blocks of ROW_BLOCK, and the last block's rows are rounded up
 # to the step of the first bound in ROW_STEPS that holds them: a few dozen shapes per weight, whatever
 # the traffic. The blocks are large because oneDNN on AMX multiplies a large block much faster per
-# row than a small one (a batch of 32 decisions of 128 tokens is one block).
-ROW_BLOCK = 4096
+# row than a small one, and because the blocks' products are concatenated: a batch of 32 decisions
+# of up to 256 tokens is one block.
+ROW_BLOCK = 8192
 ROW_STEPS = ((16, 1), (256, 16), (1024, 64), (ROW_BLOCK, 256))
 
 
