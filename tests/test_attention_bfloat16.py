@@ -9,7 +9,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from jev.model import mla as mla_module
 from jev.model.mla import explicit_causal_attention
@@ -43,8 +42,7 @@ def test_it_is_causal_attention_at_sdpas_bfloat16_error(length):
     reference = looped_attention(query, key, value)
     got = explicit_causal_attention(query, key, value, SCALE)
     assert got.dtype == torch.bfloat16 and got.shape == reference.shape
-    padded = F.pad(value, (0, 32))  # SDPA's fused kernel, as the float32 path calls it
-    sdpa = F.scaled_dot_product_attention(query, key, padded, is_causal=True, scale=SCALE)[..., :64]
+    sdpa = mla_module.fused_causal_attention(query, key, value, SCALE)
     error, sdpa_error = (got.double() - reference).abs(), (sdpa.double() - reference).abs()
     assert error.mean() < 1.5 * sdpa_error.mean() + 1e-6
     assert error.max() < 2 * sdpa_error.max() + 1e-3

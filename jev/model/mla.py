@@ -273,7 +273,7 @@ def explicit_causal_attention(
     the scores are taken relative to each row's largest: a first product finds it, and the second
     subtracts it inside its float32 sums (one more column, the negated peak against ones), so the
     scores that carry the softmax come out near zero, where bfloat16 is fine. That keeps the error
-    at SDPA's (float32 scores); rounding the plain scores doubled it. Sequences go a few at a time
+    at SDPA's (float32 scores); rounding the plain scores doubled to tripled it. Sequences go a few at a time
     (SCORES_PER_CHUNK).
     """
     size, heads, length, _ = query.shape
@@ -291,8 +291,8 @@ def explicit_causal_attention(
 
 
 # The causal attention of a fresh bfloat16 pass (a decision, a prompt): SDPA's fused kernel where
-# it multiplies through AMX tiles (about a third of the explicit form's time per layer at a
-# decision's 192 tokens on an AMX Xeon), the explicit form elsewhere.
+# it multiplies through AMX tiles (a fifth to two fifths of the explicit form's time at a decision's
+# 192 tokens on an AMX Xeon, `benchmarks/prefill_attention.py`), the explicit form elsewhere.
 causal_attention_bfloat16 = fused_causal_attention if amx_bfloat16() else explicit_causal_attention
 
 
