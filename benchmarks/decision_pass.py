@@ -5,9 +5,7 @@ time put back as it was:
   where this CPU takes SDPA's fused kernel (it has AMX), SDPA's kernel
   (`jev.model.mla.fused_causal_attention`) where it takes the explicit products;
 - the last layer run for every row, its field rows picked afterwards, in place of the field rows
-  alone (`Model.layer_states(read=...)`);
-- the MLP's activation and its gate-times-up product as passes of their own, in place of the
-  products' epilogues (`jev.model.weights.Bf16Gated`).
+  alone (`Model.layer_states(read=...)`).
 
 Each variant is timed at batch 1 and per row at batch 32, in turn, round after round (the median is
 kept), with the same thread count.
@@ -22,13 +20,11 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from benchmarks.decision_cost import median_mail
 from benchmarks.report import median_time, write_results
 from jev.decide.decider import Decider
 from jev.model import Model, mla
-from jev.model.weights import Bf16Gated
 
 
 def every_row(layer_states: Callable) -> Callable:
@@ -41,23 +37,17 @@ def every_row(layer_states: Callable) -> Callable:
     return run
 
 
-def unfused(self: Bf16Gated, x: torch.Tensor) -> torch.Tensor:
-    """`Bf16Gated` as the MLP's own two products, with the activation and the product after them."""
-    return F.silu(self.gate(x)) * self.up(x)
-
-
-# What each variant's pass runs: the attention, the layers, and the MLPs' gated products.
-SHIPPED = (mla.causal_attention_bfloat16, Model.layer_states, Bf16Gated.forward)
+# What each variant's pass runs: the attention, and the layers.
+SHIPPED = (mla.causal_attention_bfloat16, Model.layer_states)
 OTHER_ATTENTION = (
     ("attention as explicit products", mla.explicit_causal_attention)
     if SHIPPED[0] is mla.fused_causal_attention
     else ("attention through SDPA", mla.fused_causal_attention)
 )
-VARIANTS: dict[str, tuple[Callable, Callable, Callable]] = {
+VARIANTS: dict[str, tuple[Callable, Callable]] = {
     "shipped": SHIPPED,
-    OTHER_ATTENTION[0]: (OTHER_ATTENTION[1], *SHIPPED[1:]),
-    "the last layer for every row": (SHIPPED[0], every_row(SHIPPED[1]), SHIPPED[2]),
-    "the MLP's activation and product as passes": (*SHIPPED[:2], unfused),
+    OTHER_ATTENTION[0]: (OTHER_ATTENTION[1], SHIPPED[1]),
+    "the last layer for every row": (SHIPPED[0], every_row(SHIPPED[1])),
 }
 
 
@@ -70,13 +60,13 @@ def timed(model: Path, data: Path, rounds: int, repeats: int) -> tuple[dict[str,
     times: dict[str, dict[int, list[float]]] = {name: {1: [], 32: []} for name in VARIANTS}
     try:
         for _ in range(rounds):
-            for name, (attention, layer_states, gated) in VARIANTS.items():
-                mla.causal_attention_bfloat16, Model.layer_states, Bf16Gated.forward = attention, layer_states, gated
+            for name, (attention, layer_states) in VARIANTS.items():
+                mla.causal_attention_bfloat16, Model.layer_states = attention, layer_states
                 for batch, calls in ((1, repeats), (32, 1)):
                     seconds = median_time(partial(decider.probabilities, task, [ids] * batch), calls)
                     times[name][batch].append(1e3 * seconds / batch)
     finally:
-        mla.causal_attention_bfloat16, Model.layer_states, Bf16Gated.forward = SHIPPED
+        mla.causal_attention_bfloat16, Model.layer_states = SHIPPED
     medians = {
         name: {f"batch_{batch}_ms": statistics.median(t) for batch, t in by_batch.items()}
         for name, by_batch in times.items()

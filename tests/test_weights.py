@@ -9,7 +9,6 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 from jev.kernels import ops
 from torch import nn
 
@@ -20,12 +19,10 @@ from jev.generate.loop import generate
 from jev.generate.profiles import machine_key
 from jev.model import mla as mla_module
 from jev.model import weights as weights_module
-from jev.model.mlp import MLP
 from jev.model.precision import native_bfloat16
 from jev.model.weights import (
     LARGE_LINEARS,
     STORED,
-    Bf16Gated,
     Fp16Linear,
     Int4Linear,
     WeightsError,
@@ -93,37 +90,6 @@ def test_a_float16_product_is_its_float16_weights_in_float32():
     got = STORED["fp16"](linear)(x)
     assert got.shape == (3, 5, 40)
     torch.testing.assert_close(got.double(), exact, atol=1e-5, rtol=1e-5)
-
-
-def test_the_gated_product_rounds_twice_where_the_mlps_own_products_round_four_times():
-    mlp = MLP(576, 1536)
-    x = torch.randn(300, 576).bfloat16()
-    gate, up = (getattr(mlp, name).weight.detach().bfloat16().double() for name in ("gate_proj", "up_proj"))
-    exact = F.silu(x.double() @ gate.T) * (x.double() @ up.T)
-    fused = Bf16Gated(STORED["bf16"](mlp.gate_proj), STORED["bf16"](mlp.up_proj))(x)
-    unfused = F.silu(STORED["bf16"](mlp.gate_proj)(x)) * STORED["bf16"](mlp.up_proj)(x)
-    assert fused.dtype == torch.bfloat16 and fused.shape == (300, 1536)
-    error, unfused_error = (fused.double() - exact).abs(), (unfused.double() - exact).abs()
-    # the activated gate's rounding to bfloat16 and the result's, each at most half a step of 2^-7
-    assert (error <= 2**-7 * exact.abs() + 1e-6).all()
-    assert error.mean() < unfused_error.mean()
-
-
-@pytest.mark.parametrize("weights", ["bf16", "mixed"])
-def test_bf16_mlps_always_take_the_gated_product_and_mixed_ones_in_fresh_passes_only(monkeypatch, weights):
-    model = random_model(tiny_config(), seed=3)
-    store_weights(model, weights)
-    assert all(isinstance(layer.mlp.gated, Bf16Gated) for layer in model.backbone.layers)
-    calls = []
-    product = weights_module.gated_product
-    monkeypatch.setattr(weights_module, "gated_product", lambda *a, **k: calls.append(1) or product(*a, **k))
-    ids = torch.randint(0, 97, (2, 10), generator=torch.Generator().manual_seed(3))
-    cache = model.new_cache(2, 16)
-    with torch.inference_mode():
-        model(ids[:, :8], cache=cache)
-        assert len(calls) == len(model.backbone.layers)
-        model(ids[:, 8:9], cache=cache)  # a step extending two caches
-    assert len(calls) == len(model.backbone.layers) * (2 if weights == "bf16" else 1)
 
 
 def test_a_bfloat16_product_is_its_rounded_operands_multiplied_exactly():

@@ -8,21 +8,15 @@ from jev.model.config import ModelConfig
 
 
 class MLP(nn.Module):
-    """SwiGLU: `down(silu(gate(x)) * up(x))`. Shapes `[..., D] -> [..., D]`.
-
-    `gated`, when set (`jev.model.weights` on bfloat16 products), computes `silu(gate(x)) * up(x)`
-    itself, the activation and the product in the matrix products' epilogues."""
+    """SwiGLU: `down(silu(gate(x)) * up(x))`. Shapes `[..., D] -> [..., D]`."""
 
     def __init__(self, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-        self.gated: nn.Module | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gated is not None:
-            return self.down_proj(self.gated(x))
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

@@ -8,8 +8,7 @@ matrix products themselves. Three stored forms halve float32's bytes per product
 - `bf16`: bfloat16 weights packed for oneDNN, and bfloat16 products on the activations rounded to
   bfloat16. A pass over fresh sequences runs each layer's attention and MLP in bfloat16 from the
   normed input to the branch's output (the residual stream stays float32); a pass that extends a
-  cache returns each product to float32. An MLP's gate and up products apply the activation and
-  their product in oneDNN's epilogues (`Bf16Gated`). Where the CPU multiplies bfloat16 in hardware (AVX-512
+  cache returns each product to float32. Where the CPU multiplies bfloat16 in hardware (AVX-512
   BF16, AMX) a decision pass is two to three times as fast as fp16's, but plain decoding runs at about
   0.85x fp16's speed and a probability moves about ten times as far (`docs/benchmarks.md`);
   elsewhere bfloat16 is emulated and slow.
@@ -59,7 +58,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from jev.model.mla import AttentionBatch
-from jev.model.mlp import MLP
 from jev.model.precision import native_bfloat16
 from jev.model.transformer import DecoderLayer, Model
 
@@ -136,52 +134,15 @@ class Bf16Linear(nn.Module):
         return self._in_blocks(x, block, lambda rows: block)
 
     def _in_blocks(self, x: torch.Tensor, block: int, padded: Callable[[int], int]) -> torch.Tensor:
-        return in_row_blocks(x, block, padded, partial(packed_product, packed=self.packed))
+        """`x W^T` over blocks of `block` rows, each multiplied as `padded(its rows)` rows (zeros appended)."""
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        blocks = [self._block(rows[start : start + block], padded) for start in range(0, len(rows), block)]
+        out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+        return out.view(*x.shape[:-1], -1).to(x.dtype)
 
-
-def in_row_blocks(
-    x: torch.Tensor, block: int, padded: Callable[[int], int], product: Callable[[torch.Tensor], torch.Tensor]
-) -> torch.Tensor:
-    """`product` of `x`'s rows in bfloat16, over blocks of `block` rows, each multiplied as `padded(its
-    rows)` rows (zeros appended); the result returns in `x`'s dtype."""
-    rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-    blocks = []
-    for start in range(0, len(rows), block):
-        part = rows[start : start + block]
-        size, to = len(part), padded(len(part))
-        blocks.append(product(F.pad(part, (0, 0, 0, to - size)) if to > size else part)[:size])
-    out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
-    return out.view(*x.shape[:-1], -1).to(x.dtype)
-
-
-class Bf16Gated(nn.Module):
-    """`silu(x G^T) * (x U^T)` of an MLP's packed bfloat16 gate and up weights, in two products whose
-    epilogues apply the activation and the product (oneDNN's post-ops): the activation runs on the
-    float32 sums before their rounding, and neither runs as a pass of its own over the
-    `[rows, intermediate]` activations (on an AMX Xeon those two passes took about an eighth of a
-    batch of decisions; `benchmarks/decision_pass.py` times the pass without them).
-
-    On a `mixed` model only the passes over fresh sequences take it; its other passes run the MLP's
-    own products (fp16 or int4 extending a few caches, fixed bfloat16 blocks extending many), so a
-    verify pass and a plain step still multiply alike."""
-
-    def __init__(self, gate: nn.Module, up: nn.Module) -> None:
-        super().__init__()
-        self.gate, self.up = gate, up
-        self.kind = gate.kind if isinstance(gate, MixedLinear) else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kind is not None and not self.kind.fresh:
-            return F.silu(self.gate(x)) * self.up(x)
-        gate = self.gate.fresh if isinstance(self.gate, MixedLinear) else self.gate
-        up = self.up.fresh if isinstance(self.up, MixedLinear) else self.up
-        return in_row_blocks(x, ROW_BLOCK, padded_rows, partial(gated_product, gate=gate.packed, up=up.packed))
-
-
-def gated_product(rows: torch.Tensor, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """`silu(rows G^T) * (rows U^T)` for `packed_bfloat16` G and U: `[M, N]` bfloat16."""
-    activated = torch.ops.mkldnn._linear_pointwise(rows, gate, None, "swish", [], "")
-    return torch.ops.mkldnn._linear_pointwise.binary(rows, activated, up, None, "mul")
+    def _block(self, block: torch.Tensor, padded: Callable[[int], int]) -> torch.Tensor:
+        size, to = len(block), padded(len(block))
+        return packed_product(F.pad(block, (0, 0, 0, to - size)) if to > size else block, self.packed)[:size]
 
 
 # Q4_1's block: 32 inputs share a scale and an offset. torch's int4 kernel packs output rows in 16s.
@@ -370,8 +331,6 @@ def store_weights(model: Model, weights: Weights) -> list[str]:
     if weights in ("bf16", "mixed"):
         model.fresh_branch_dtype = torch.bfloat16
         model.replays_pass = _few_sequences if weights == "mixed" else _no_pass
-        for mlp in (module for module in model.modules() if isinstance(module, MLP)):
-            mlp.gated = Bf16Gated(mlp.gate_proj, mlp.up_proj)
     model.replay_cached_passes(model.step_graphs is not None)
     return targets
 
