@@ -46,6 +46,7 @@ def row_of(folder: Path) -> tuple[str, dict[str, float], dict[str, float | None]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help="decider folders written by jev train decide")
+    parser.add_argument("--name", default="recipe", help="the results file and docs section to write")
     args = parser.parse_args(argv)
     rows = [row_of(folder) for folder in args.folders]
     fields = sorted({name for _, scores, _, _ in rows for name in scores})
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"- {name}: `{command}`" for name, _, _, command in rows]
     markdown = "\n".join(lines)
     print(markdown)
-    write_results("recipe", {"runs": [{"name": n, "scores": s, "seconds": t, "command": c} for n, s, t, c in rows]},
+    write_results(args.name, {"runs": [{"name": n, "scores": s, "seconds": t, "command": c} for n, s, t, c in rows]},
                   markdown)
     return 0
 
