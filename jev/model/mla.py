@@ -273,8 +273,8 @@ def explicit_causal_attention(
     the scores are taken relative to each row's largest: a first product finds it, and the second
     subtracts it inside its float32 sums (one more column, the negated peak against ones), so the
     scores that carry the softmax come out near zero, where bfloat16 is fine. That keeps the error
-    at SDPA's (float32 scores); rounding the plain scores doubled to tripled it. Sequences go a few at a time
-    (SCORES_PER_CHUNK).
+    at SDPA's (float32 scores); rounding the plain scores doubled to tripled it. Sequences go a few
+    at a time (SCORES_PER_CHUNK).
     """
     size, heads, length, _ = query.shape
     mask = torch.full((length, length), float("-inf"), dtype=query.dtype, device=query.device).triu(1)
