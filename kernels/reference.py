@@ -70,7 +70,10 @@ def indexer_logits(
     Returns float32 `[B, T, L]`. The scale is applied to q (ReLU commutes with a positive factor),
     which saves a pass over the `[B, T, H_I, L]` per-head scores.
     """
-    per_head = torch.matmul(q.float() * scale, k_cache.float().transpose(-1, -2).unsqueeze(1))
+    size, length, heads, _ = q.shape
+    # Every head of every query as a row of one product: broadcasting the keys over T would copy them.
+    per_head = torch.bmm((q.float() * scale).view(size, length * heads, -1), k_cache.float().transpose(1, 2))
+    per_head = per_head.view(size, length, heads, -1)
     scores = torch.matmul(weights.float().unsqueeze(-2), per_head.relu_()).squeeze(-2)
     return scores.masked_fill(~causal_key_mask(q_positions, k_cache.shape[1]), NEG_INF)
 
@@ -89,7 +92,8 @@ def select_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
     top = min(k, width)
     values, indices = scores.topk(min(top + 1, width), dim=-1)
     if top < width:
-        tied = values[..., top - 1] == values[..., top]
+        # A row with fewer than `top` visible keys selects them all; its ties are among the masked.
+        tied = (values[..., top - 1] == values[..., top]) & (values[..., top - 1] != NEG_INF)
         if bool(tied.any()):
             indices[tied] = _exact_topk(scores[tied], top + 1)
         indices = indices[..., :top]

@@ -85,6 +85,26 @@ def test_model_selection_inside_a_forward_pass_is_valid():
     check_selection(attn.indexer.select(x, q_compressed, keys, positions, cos, sin, attn.index_topk), positions, 12)
 
 
+def test_the_model_selection_equals_ranking_every_query_explicitly():
+    """Queries that see at most k keys skip the ranking; they must select what ranking would give.
+    Rows at different cache offsets make some columns ranked in one row and not in another."""
+    model = random_model(tiny_config(index_topk=12))
+    attn = model.backbone.layers[1].self_attn
+    x = torch.randn(3, 20, 64, generator=GEN)
+    positions = torch.arange(20) + torch.tensor([[0], [5], [30]])
+    keys_x = torch.randn(3, 50, 64, generator=GEN)
+    cos, sin = model.backbone.rotary(positions, x.dtype)
+    key_cos, key_sin = model.backbone.rotary(torch.arange(50).expand(3, 50), x.dtype)
+    keys = attn.indexer.keys(keys_x, key_cos, key_sin)
+    q_compressed = attn.q_a_layernorm(attn.q_a_proj(x))
+    with torch.no_grad():
+        q, weights = attn.indexer.queries(x, q_compressed, cos, sin)
+        expected = ref.select_topk(ref.indexer_logits(q, weights, keys, positions, attn.indexer.scale), 12)
+        selected = attn.indexer.select(x, q_compressed, keys, positions, cos, sin, 12)
+    assert torch.equal(selected, expected)
+    assert bool((positions < 12).any()) and bool((positions >= 12).any())
+
+
 def test_topk_at_least_length_equals_dense_attention():
     ids = torch.randint(0, 97, (2, 40), generator=GEN)
     with torch.no_grad():

@@ -61,15 +61,24 @@ class Indexer(nn.Module):
     ) -> torch.Tensor:
         """Top-`min(k, t + 1)` causal positions per query `[B, T, k]` int32, -1 for unused.
 
+        A query that sees at most k keys selects every one of them (what ranking them would give),
+        so only the columns where some row sees more are scored: in a prefill longer than k, the
+        first k queries cost nothing.
+
         The indexer receives no gradient from the language-model loss (selection is discrete and
         DeepSeek detaches the indexer's input), so scoring runs without autograd.
         """
         with torch.no_grad():
+            every = torch.arange(k, device=q_positions.device)
+            selected = torch.where(every <= q_positions.unsqueeze(-1), every, -1).to(torch.int32)
+            ranked = (q_positions >= k).any(0).nonzero().squeeze(1)
+            if len(ranked) < x.shape[1]:
+                x, q_compressed, q_positions = x[:, ranked], q_compressed[:, ranked], q_positions[:, ranked]
+                cos, sin = cos[:, ranked], sin[:, ranked]
             q, weights = self.queries(x, q_compressed, cos, sin)
             chunk = max(1, _SCORE_BUDGET // (self.n_heads * key_cache.shape[1] * x.shape[0]))
-            selected = []
             for start in range(0, x.shape[1], chunk):
                 rows = slice(start, start + chunk)
                 scores = ops.indexer_logits(q[:, rows], weights[:, rows], key_cache, q_positions[:, rows], self.scale)
-                selected.append(ops.select_topk(scores, k))
-            return torch.cat(selected, dim=1)
+                selected[:, ranked[rows]] = ops.select_topk(scores, k)
+            return selected
