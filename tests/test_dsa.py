@@ -150,6 +150,22 @@ def test_tied_scores_select_the_same_keys_whatever_the_row_width():
     assert negatives.tolist() == [[[1, 3, 4]]], "negative scores rank by value"
 
 
+def test_selection_equals_an_explicit_ranking_by_score_then_earlier_key():
+    """Scores rounded to a few values tie often; each row's selection must be what sorting its keys by
+    (score descending, position ascending) and keeping the first k gives, ascending, -1 for masked."""
+    positions = torch.tensor([[3, 9, 20, 39], [0, 12, 25, 39]])
+    scores = (torch.randn(2, 4, 40, generator=GEN) * 2).round() / 2 + 0.0  # no -0.0: the exact key puts it below 0.0
+    scores = scores.masked_fill(~ref.causal_key_mask(positions, 40), float("-inf"))
+    for k in (1, 8, 13, 40):
+        expected = []
+        for row in scores.tolist():
+            expected.append([])
+            for query in row:
+                ranked = sorted(range(40), key=lambda s, q=query: (-q[s], s))[:k]
+                expected[-1].append([s if query[s] != float("-inf") else -1 for s in sorted(ranked)])
+        assert ref.select_topk(scores, k).tolist() == expected, k
+
+
 def test_a_short_prefill_masks_dense_attention_to_the_selection_exactly_as_the_gather_does(monkeypatch):
     from jev.kernels import ops
 

@@ -1,0 +1,149 @@
+"""What DSA's top-k selection adds to a decision pass past `index_topk` keys, measured in one run.
+
+A pass over more keys than a layer's `index_topk` (256 in the default) has its indexer pick each
+query's keys. The shipped selection ranks only the queries that see more than k keys; the first k
+of a fresh pass see at most k and select them all (`jev.model.indexer.Indexer.select`). Beside it:
+- "every query ranked": the indexer scores and ranks every query, as it did before commit
+  7be2115 (each selection is the same set);
+- "dense": every layer's top-k unbounded, so nothing is selected: the floor the selection adds to.
+
+The input is one long test mail, cut to each length (its first tokens, plus the field queries),
+decided at batch 1 and per row at batch 8, each variant in turn, round after round (the median is
+kept), with the same thread count.
+
+    python -m benchmarks.selection_cost --model models/default --data data/mail/test.jsonl
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import statistics
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import torch
+from jev.kernels import ops
+
+from benchmarks.report import median_time, write_results
+from jev.decide.decider import Decider
+from jev.model.indexer import Indexer
+
+LENGTHS = (192, 320, 384, 512)
+BATCHES = (1, 8)
+Figures = dict[str, dict[str, dict[str, float]]]  # variant -> length -> measure -> value
+
+
+def rank_every_query(
+    self: Indexer,
+    x: torch.Tensor,
+    q_compressed: torch.Tensor,
+    key_cache: torch.Tensor,
+    q_positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k: int,
+) -> torch.Tensor:
+    """`Indexer.select` with every query scored and ranked, in one chunk."""
+    with torch.no_grad():
+        q, weights = self.queries(x, q_compressed, cos, sin)
+        return ops.select_topk(ops.indexer_logits(q, weights, key_cache, q_positions, self.scale), k)
+
+
+@contextlib.contextmanager
+def variant(decider: Decider, name: str) -> Iterator[None]:
+    """The decider's passes as `name` runs them, put back afterwards."""
+    attentions = [layer.self_attn for layer in decider.model.backbone.layers]
+    shipped_topk, shipped_select = [a.index_topk for a in attentions], Indexer.select
+    try:
+        if name == "dense":
+            for attention in attentions:
+                attention.index_topk = 1 << 30
+        elif name == "every query ranked":
+            Indexer.select = rank_every_query
+        yield
+    finally:
+        Indexer.select = shipped_select
+        for attention, topk in zip(attentions, shipped_topk, strict=True):
+            attention.index_topk = topk
+
+
+def long_mail(decider: Decider, data: Path, length: int) -> list[int]:
+    """The token ids of the first test mail that encodes to at least `length` tokens uncut."""
+    task = decider.tasks["mail"]
+    entry = decider.manifest.tasks["mail"]
+    decider.manifest.tasks["mail"] = dataclasses.replace(entry, max_input_tokens=1 << 20)
+    try:
+        for line in data.open():
+            ids = decider.encode(task, json.loads(line)["input"]).token_ids
+            if len(ids) >= length:
+                return ids
+    finally:
+        decider.manifest.tasks["mail"] = entry
+    raise SystemExit(f"no test mail in {data} encodes to {length} tokens")
+
+
+def timed(model: Path, data: Path, lengths: list[int], rounds: int, repeats: int) -> tuple[Figures, int, int]:
+    """Milliseconds per decision at each length, variant and batch size; the top-k, and the number
+    of field queries a pass adds."""
+    decider = Decider.load(model, speculative=False, weights="mixed")
+    task = decider.tasks["mail"]
+    ids = long_mail(decider, data, max(lengths))
+    names = ("shipped", "every query ranked", "dense")
+    times: dict[str, dict[int, dict[int, list[float]]]] = {
+        name: {n: {b: [] for b in BATCHES} for n in lengths} for name in names
+    }
+    for _ in range(rounds):
+        for n in lengths:
+            for name in names:
+                with variant(decider, name):
+                    for batch in BATCHES:
+                        calls = repeats if batch == 1 else 1
+                        seconds = median_time(partial(decider.probabilities, task, [ids[:n]] * batch), calls)
+                        times[name][n][batch].append(1e3 * seconds / batch)
+    figures = {
+        name: {
+            str(n): {f"batch_{b}_ms": statistics.median(t) for b, t in by_batch.items()} for n, by_batch in by_n.items()
+        }
+        for name, by_n in times.items()
+    }
+    topk = min(layer.self_attn.index_topk for layer in decider.model.backbone.layers)
+    return figures, topk, decider.decision_model.heads["mail"].queries.shape[0]
+
+
+def render(figures: Figures, topk: int, fields: int) -> str:
+    lines = [
+        f"One test mail cut to each length (then its {fields} field queries), `mixed` weights, top-k {topk}. "
+        "Milliseconds per row, and the ratio to dense attention at the same length.",
+        "",
+        "| tokens | batch | shipped | every query ranked | dense |",
+        "|---|---|---|---|---|",
+    ]
+    for n in figures["dense"]:
+        for batch in BATCHES:
+            key = f"batch_{batch}_ms"
+            floor = figures["dense"][n][key]
+            cells = [f"{figures[name][n][key]:.1f} ({figures[name][n][key] / floor:.2f}x)" for name in figures]
+            lines.append(f"| {n} | {batch} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=Path("models/default"))
+    parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"), help="the mail test split")
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls at batch 1 per variant and round")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
+    args = parser.parse_args()
+    figures, topk, fields = timed(args.model, args.data, args.lengths, args.rounds, args.repeats)
+    markdown = render(figures, topk, fields)
+    print(markdown)
+    if not args.no_write:
+        write_results("selection_cost", {"variants": figures, "index_topk": topk}, markdown)
+
+
+if __name__ == "__main__":
+    main()
