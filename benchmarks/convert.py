@@ -36,6 +36,7 @@ from jev.convert.pipeline import corpus_blocks, corpus_ids
 from jev.convert.source import LlamaSource, read_source, smollm2_gguf
 from jev.model import Model, ModelConfig
 from jev.model.base import BaseReference
+from jev.model.indexer import Indexer
 
 WINDOW = 1024
 CONTINUATION = 32
@@ -139,23 +140,24 @@ def relative_difference(ours: torch.Tensor, theirs: torch.Tensor) -> float:
 
 
 def recorded_selections(model: Model, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Each layer's top-k selection `[B, T, k]` and indexer scores `[B, T, T]` on one DSA forward."""
+    """Each layer's top-k selection `[B, T, k]` and indexer scores `[B, T', T]` on one DSA forward (the
+    scores of the T' queries that see more than k keys: the others select all they see unranked)."""
     selections, scores = [], []
-    select, logits = ops.select_topk, ops.indexer_logits
+    select, logits = Indexer.select, ops.indexer_logits
 
-    def record_selection(s: torch.Tensor, k: int) -> torch.Tensor:
-        selections.append(select(s, k))
+    def record_selection(*args, **kwargs) -> torch.Tensor:
+        selections.append(select(*args, **kwargs))
         return selections[-1]
 
     def record_scores(*args, **kwargs) -> torch.Tensor:
         scores.append(logits(*args, **kwargs))
         return scores[-1]
 
-    ops.select_topk, ops.indexer_logits = record_selection, record_scores
+    Indexer.select, ops.indexer_logits = record_selection, record_scores
     try:
         model(ids)
     finally:
-        ops.select_topk, ops.indexer_logits = select, logits
+        Indexer.select, ops.indexer_logits = select, logits
     return selections, scores
 
 
