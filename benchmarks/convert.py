@@ -140,24 +140,27 @@ def relative_difference(ours: torch.Tensor, theirs: torch.Tensor) -> float:
 
 
 def recorded_selections(model: Model, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Each layer's top-k selection `[B, T, k]` and indexer scores `[B, T', T]` on one DSA forward (the
-    scores of the T' queries that see more than k keys: the others select all they see unranked)."""
+    """Each layer's top-k selection `[B, T, k]` (-1 unused) and indexer scores `[B, T', T]` on one DSA
+    forward (the scores of the T' queries that see more than k keys: the others select all they see
+    unranked). A fresh pass selects as a mask; its keys are recorded as indices."""
     selections, scores = [], []
-    select, logits = Indexer.select, ops.indexer_logits
+    select_mask, logits = Indexer.select_mask, ops.indexer_logits
 
-    def record_selection(*args, **kwargs) -> torch.Tensor:
-        selections.append(select(*args, **kwargs))
-        return selections[-1]
+    def record_selection(*args) -> torch.Tensor:
+        mask, k = select_mask(*args), args[-1]
+        keys = torch.arange(mask.shape[-1], device=mask.device)
+        selections.append(torch.where(mask, keys, -1).topk(k, dim=-1).values.to(torch.int32))
+        return mask
 
     def record_scores(*args, **kwargs) -> torch.Tensor:
         scores.append(logits(*args, **kwargs))
         return scores[-1]
 
-    Indexer.select, ops.indexer_logits = record_selection, record_scores
+    Indexer.select_mask, ops.indexer_logits = record_selection, record_scores
     try:
         model(ids)
     finally:
-        Indexer.select, ops.indexer_logits = select, logits
+        Indexer.select_mask, ops.indexer_logits = select_mask, logits
     return selections, scores
 
 

@@ -12,14 +12,15 @@ output, never its log-sum-exp. Top-k selection and the causal mask always run in
 import torch
 from jev.kernels import fused_cpu, reference
 from jev.kernels.backend import triton_module, use_triton
-from jev.kernels.reference import causal_key_mask, select_topk, selected_key_mask
+from jev.kernels.reference import causal_key_mask, select_topk, selected_key_mask, top_key_mask
 
 # Up to this many keys a selection costs less as a masked dense fused attention than gathered
 # (`fused_cpu`: equal near 1,500 keys on 2 threads).
 FUSED_SPARSE_MAX_KEYS = 1024
 
 __all__ = [
-    "causal_key_mask", "indexer_logits", "mla_attention", "select_topk", "selected_key_mask", "sparse_mla_attention"
+    "causal_key_mask", "indexer_logits", "mla_attention", "select_topk", "selected_key_mask", "sparse_mla_attention",
+    "top_key_mask",
 ]
 
 

@@ -82,30 +82,44 @@ def select_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Top-`min(k, L)` key indices per query as int32, ascending, `-1` where the score is -inf.
 
     Masked entries can be picked when a row has fewer than k visible keys; marking them -1 is what
-    keeps the selection causal. Ties are common (a score is exactly 0 whenever every head's ReLU
-    is), and `torch.topk` breaks them differently for rows of different widths, which would let
-    padding or a neighbour's length change a sequence's output. So a row whose k-th and (k+1)-th
-    scores tie is ranked again by an exact key (score, then earlier position wins), and every
-    selection is returned in ascending order, so the same set is always summed in the same order.
+    keeps the selection causal. Every selection is returned in ascending order, so the same set is
+    always summed in the same order; the order is read off `_top_k`'s mask, which costs less than
+    sorting the indices.
+    """
+    chosen = _top_k(scores, k)
+    ascending = chosen.nonzero()[:, -1].view(*scores.shape[:-1], min(k, scores.shape[-1]))
+    return torch.where(scores.gather(-1, ascending) == NEG_INF, -1, ascending).to(torch.int32)
 
-    The top k + 1 come unsorted (a selection, not a sort: a third of the time here); the k-th and
-    (k+1)-th tie when their set's least score occurs twice in it, and the ascending order is read
-    off the selection's mask, which costs less than sorting the indices.
+
+def top_key_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """`[..., L]` bool: the keys `select_topk` selects, as a mask (what a masked attention reads)."""
+    return _top_k(scores, k) & (scores != NEG_INF)
+
+
+def _top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """`[..., L]` bool with exactly `min(k, L)` entries per row: the highest scores, -inf ones too when
+    a row has fewer finite ones.
+
+    Ties are common (a score is exactly 0 whenever every head's ReLU is), and `torch.topk` breaks
+    them differently for rows of different widths, which would let padding or a neighbour's length
+    change a sequence's output. So a row whose k-th and (k+1)-th scores tie is ranked again by an
+    exact key (score, then earlier position wins). The top k + 1 come unsorted (a selection, not a
+    sort: a third of the time here); the k-th and (k+1)-th tie when their set's least score occurs
+    twice in it.
     """
     width = scores.shape[-1]
     top = min(k, width)
-    chosen = torch.ones_like(scores, dtype=torch.bool)
-    if top < width:
-        values, indices = scores.topk(top + 1, dim=-1, sorted=False)
-        least, least_at = values.min(dim=-1, keepdim=True)
-        # A row with fewer than `top` visible keys selects them all; its ties are among the masked.
-        tied = ((values == least).sum(-1) > 1) & (least.squeeze(-1) != NEG_INF)
-        chosen = torch.zeros_like(chosen).scatter_(-1, indices, True)
-        chosen.scatter_(-1, indices.gather(-1, least_at), False)
-        if bool(tied.any()):
-            chosen[tied] = torch.zeros_like(chosen[tied]).scatter_(-1, _exact_topk(scores[tied], top), True)
-    ascending = chosen.nonzero()[:, -1].view(*scores.shape[:-1], top)
-    return torch.where(scores.gather(-1, ascending) == NEG_INF, -1, ascending).to(torch.int32)
+    if top == width:
+        return torch.ones_like(scores, dtype=torch.bool)
+    values, indices = scores.topk(top + 1, dim=-1, sorted=False)
+    least, least_at = values.min(dim=-1, keepdim=True)
+    # A row with fewer than `top` finite scores selects them all; its ties are among the masked.
+    tied = ((values == least).sum(-1) > 1) & (least.squeeze(-1) != NEG_INF)
+    chosen = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, indices, True)
+    chosen.scatter_(-1, indices.gather(-1, least_at), False)
+    if bool(tied.any()):
+        chosen[tied] = torch.zeros_like(chosen[tied]).scatter_(-1, _exact_topk(scores[tied], top), True)
+    return chosen
 
 
 def _exact_topk(scores: torch.Tensor, k: int) -> torch.Tensor:

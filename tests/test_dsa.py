@@ -101,7 +101,9 @@ def test_the_model_selection_equals_ranking_every_query_explicitly():
         q, weights = attn.indexer.queries(x, q_compressed, cos, sin)
         expected = ref.select_topk(ref.indexer_logits(q, weights, keys, positions, attn.indexer.scale), 12)
         selected = attn.indexer.select(x, q_compressed, keys, positions, cos, sin, 12)
+        mask = attn.indexer.select_mask(x, q_compressed, keys, positions, cos, sin, 12)
     assert torch.equal(selected, expected)
+    assert torch.equal(mask, ref.selected_key_mask(expected, 50))
     assert bool((positions < 12).any()) and bool((positions >= 12).any())
 
 
@@ -164,6 +166,7 @@ def test_selection_equals_an_explicit_ranking_by_score_then_earlier_key():
                 ranked = sorted(range(40), key=lambda s, q=query: (-q[s], s))[:k]
                 expected[-1].append([s if query[s] != float("-inf") else -1 for s in sorted(ranked)])
         assert ref.select_topk(scores, k).tolist() == expected, k
+        assert torch.equal(ref.top_key_mask(scores, k), ref.selected_key_mask(torch.tensor(expected), 40)), k
 
 
 def test_a_short_prefill_masks_dense_attention_to_the_selection_exactly_as_the_gather_does(monkeypatch):

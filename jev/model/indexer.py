@@ -6,6 +6,8 @@ head. DeepSeek's Hadamard rotation and FP8 quantisation are omitted: the rotatio
 same numbers.
 """
 
+from collections.abc import Iterator
+
 import torch
 from torch import nn
 
@@ -59,7 +61,7 @@ class Indexer(nn.Module):
         sin: torch.Tensor,
         k: int,
     ) -> torch.Tensor:
-        """Top-`min(k, t + 1)` causal positions per query `[B, T, k]` int32, -1 for unused.
+        """Top-`min(k, t + 1)` causal positions per query `[B, T, k]` int32, ascending, -1 for unused.
 
         A query that sees at most k keys selects every one of them (what ranking them would give),
         so only the columns where some row sees more are scored: in a prefill longer than k, the
@@ -68,9 +70,41 @@ class Indexer(nn.Module):
         The indexer receives no gradient from the language-model loss (selection is discrete and
         DeepSeek detaches the indexer's input), so scoring runs without autograd.
         """
+        every = torch.arange(k, device=q_positions.device)
+        selected = torch.where(every <= q_positions.unsqueeze(-1), every, -1).to(torch.int32)
+        for columns, scores in self._ranked_scores(x, q_compressed, key_cache, q_positions, cos, sin, k):
+            selected[:, columns] = ops.select_topk(scores, k)
+        return selected
+
+    def select_mask(
+        self,
+        x: torch.Tensor,
+        q_compressed: torch.Tensor,
+        key_cache: torch.Tensor,
+        q_positions: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        k: int,
+    ) -> torch.Tensor:
+        """`select`'s keys as a mask `[B, T, L]`, for an attention that reads one: no order to make."""
+        selected = ops.causal_key_mask(q_positions, key_cache.shape[1])
+        for columns, scores in self._ranked_scores(x, q_compressed, key_cache, q_positions, cos, sin, k):
+            selected[:, columns] = ops.top_key_mask(scores, k)
+        return selected
+
+    def _ranked_scores(
+        self,
+        x: torch.Tensor,
+        q_compressed: torch.Tensor,
+        key_cache: torch.Tensor,
+        q_positions: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        k: int,
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The scores `[B, T', L]` of the query columns where some row sees more than k keys, a chunk
+        at a time, with those columns' indices."""
         with torch.no_grad():
-            every = torch.arange(k, device=q_positions.device)
-            selected = torch.where(every <= q_positions.unsqueeze(-1), every, -1).to(torch.int32)
             ranked = (q_positions >= k).any(0).nonzero().squeeze(1)
             if len(ranked) < x.shape[1]:
                 x, q_compressed, q_positions = x[:, ranked], q_compressed[:, ranked], q_positions[:, ranked]
@@ -79,6 +113,6 @@ class Indexer(nn.Module):
             chunk = max(1, _SCORE_BUDGET // (self.n_heads * key_cache.shape[1] * x.shape[0]))
             for start in range(0, x.shape[1], chunk):
                 rows = slice(start, start + chunk)
-                scores = ops.indexer_logits(q[:, rows], weights[:, rows], key_cache, q_positions[:, rows], self.scale)
-                selected[:, ranked[rows]] = ops.select_topk(scores, k)
-            return selected
+                yield ranked[rows], ops.indexer_logits(
+                    q[:, rows], weights[:, rows], key_cache, q_positions[:, rows], self.scale
+                )

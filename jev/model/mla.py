@@ -114,13 +114,12 @@ class MLA(nn.Module):
         if batch.indexer_losses is not None:
             out = self.dense_training_attention(x, q_compressed, q_nope, q_rope, kv, batch)
         elif selecting:
-            top = self.indexer.select(
-                x, q_compressed, index_key, batch.positions, batch.cos, batch.sin, self.index_topk
-            )
+            selection = (x, q_compressed, index_key, batch.positions, batch.cos, batch.sin, self.index_topk)
             if batch.expanded and batch.n_keys <= DENSE_PREFILL_MAX_KEYS:
-                visible = ops.selected_key_mask(top, batch.n_keys)
+                visible = self.indexer.select_mask(*selection)
                 out = self.expanded_attention(q_nope, q_rope, kv, batch.positions, visible)
             else:
+                top = self.indexer.select(*selection)
                 q_nope, q_rope = q_nope.to(kv.dtype), q_rope.to(kv.dtype)
                 out_latent = ops.sparse_mla_attention(self.absorb_query(q_nope), q_rope, kv, top, self.scale)
                 out = self.expand_output(out_latent)
