@@ -2,7 +2,8 @@
 
 A pass over more keys than a layer's `index_topk` (256 in the default) has its indexer pick each
 query's keys. The shipped selection ranks only the queries that see more than k keys; the first k
-of a fresh pass see at most k and select them all (`jev.model.indexer.Indexer.select`). Beside it:
+of a fresh pass see at most k and select them all (`jev.model.indexer.Indexer.select_mask`: a fresh
+pass's attention reads the selection as a mask). Beside it:
 - "every query ranked": the indexer scores and ranks every query, as it did before commit
   7be2115 (each selection is the same set);
 - "dense": every layer's top-k unbounded, so nothing is selected: the floor the selection adds to.
@@ -35,7 +36,7 @@ BATCHES = (1, 8)
 Figures = dict[str, dict[str, dict[str, float]]]  # variant -> length -> measure -> value
 
 
-def rank_every_query(
+def every_query_scores(
     self: Indexer,
     x: torch.Tensor,
     q_compressed: torch.Tensor,
@@ -44,27 +45,27 @@ def rank_every_query(
     cos: torch.Tensor,
     sin: torch.Tensor,
     k: int,
-) -> torch.Tensor:
-    """`Indexer.select` with every query scored and ranked, in one chunk."""
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """`Indexer._ranked_scores` with every query column scored, in one chunk."""
     with torch.no_grad():
         q, weights = self.queries(x, q_compressed, cos, sin)
-        return ops.select_topk(ops.indexer_logits(q, weights, key_cache, q_positions, self.scale), k)
+        yield torch.arange(x.shape[1]), ops.indexer_logits(q, weights, key_cache, q_positions, self.scale)
 
 
 @contextlib.contextmanager
 def variant(decider: Decider, name: str) -> Iterator[None]:
     """The decider's passes as `name` runs them, put back afterwards."""
     attentions = [layer.self_attn for layer in decider.model.backbone.layers]
-    shipped_topk, shipped_select = [a.index_topk for a in attentions], Indexer.select
+    shipped_topk, shipped_scores = [a.index_topk for a in attentions], Indexer._ranked_scores
     try:
         if name == "dense":
             for attention in attentions:
                 attention.index_topk = 1 << 30
         elif name == "every query ranked":
-            Indexer.select = rank_every_query
+            Indexer._ranked_scores = every_query_scores
         yield
     finally:
-        Indexer.select = shipped_select
+        Indexer._ranked_scores = shipped_scores
         for attention, topk in zip(attentions, shipped_topk, strict=True):
             attention.index_topk = topk
 
