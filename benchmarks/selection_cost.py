@@ -20,12 +20,11 @@ import contextlib
 import dataclasses
 import json
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
 import torch
-from jev.kernels import ops
 
 from benchmarks.report import median_time, write_results
 from jev.decide.decider import Decider
@@ -36,36 +35,29 @@ BATCHES = (1, 8)
 Figures = dict[str, dict[str, dict[str, float]]]  # variant -> length -> measure -> value
 
 
-def every_query_scores(
-    self: Indexer,
-    x: torch.Tensor,
-    q_compressed: torch.Tensor,
-    key_cache: torch.Tensor,
-    q_positions: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    k: int,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """`Indexer._ranked_scores` with every query column scored, in one chunk."""
-    with torch.no_grad():
-        q, weights = self.queries(x, q_compressed, cos, sin)
-        yield torch.arange(x.shape[1]), ops.indexer_logits(q, weights, key_cache, q_positions, self.scale)
+def rank_every_query(select_mask: Callable) -> Callable:
+    """`Indexer.select_mask` that ranks every query of a fresh pass too, as a cached pass does."""
+
+    def select(self: Indexer, *selection, fresh: bool = False) -> torch.Tensor:
+        return select_mask(self, *selection)
+
+    return select
 
 
 @contextlib.contextmanager
 def variant(decider: Decider, name: str) -> Iterator[None]:
     """The decider's passes as `name` runs them, put back afterwards."""
     attentions = [layer.self_attn for layer in decider.model.backbone.layers]
-    shipped_topk, shipped_scores = [a.index_topk for a in attentions], Indexer._ranked_scores
+    shipped_topk, shipped_select = [a.index_topk for a in attentions], Indexer.select_mask
     try:
         if name == "dense":
             for attention in attentions:
                 attention.index_topk = 1 << 30
         elif name == "every query ranked":
-            Indexer._ranked_scores = every_query_scores
+            Indexer.select_mask = rank_every_query(shipped_select)
         yield
     finally:
-        Indexer._ranked_scores = shipped_scores
+        Indexer.select_mask = shipped_select
         for attention, topk in zip(attentions, shipped_topk, strict=True):
             attention.index_topk = topk
 

@@ -19,8 +19,8 @@ from jev.kernels.reference import causal_key_mask, select_topk, selected_key_mas
 FUSED_SPARSE_MAX_KEYS = 1024
 
 __all__ = [
-    "causal_key_mask", "indexer_logits", "mla_attention", "select_topk", "selected_key_mask", "sparse_mla_attention",
-    "top_key_mask",
+    "causal_key_mask", "indexer_logits", "mla_attention", "reads_selection_mask", "select_topk", "selected_key_mask",
+    "sparse_mla_attention", "top_key_mask",
 ]
 
 
@@ -53,21 +53,32 @@ def indexer_logits(
     return reference.indexer_logits(q, weights, k_cache, q_positions, scale)
 
 
+def reads_selection_mask(kv_cache: torch.Tensor) -> bool:
+    """Whether `sparse_mla_attention` over `kv_cache` reads a selection as a mask: off the GPU, up to
+    FUSED_SPARSE_MAX_KEYS keys. A caller that makes the mask directly has no indices to order."""
+    return not use_triton(kv_cache) and kv_cache.shape[1] <= FUSED_SPARSE_MAX_KEYS
+
+
 def sparse_mla_attention(
     q_latent: torch.Tensor,
     q_rope: torch.Tensor,
     kv_cache: torch.Tensor,
-    indices: torch.Tensor,
+    selection: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """Absorbed MLA over each query's top-k slots (`-1` unused): the `[B, T, H, d_c]` output of
-    `reference.sparse_mla`.
+    """Absorbed MLA over each query's selected keys, the `[B, T, H, d_c]` output of `reference.sparse_mla`:
+    `selection` is the top-k slots `[B, T, k]` (`-1` unused), or where `reads_selection_mask`, their
+    mask `[B, T, L]`.
 
     Off the GPU, up to FUSED_SPARSE_MAX_KEYS keys it runs as one fused attention call masked to the
     selection (`fused_cpu`), past them by gathering the selected latents (the reference)."""
+    if selection.dtype == torch.bool:
+        if not reads_selection_mask(kv_cache):
+            raise ValueError(f"a selection over {kv_cache.shape[1]} keys on {kv_cache.device} is read as indices")
+        return fused_cpu.mla_attention(q_latent, q_rope, kv_cache, selection, scale)
     if use_triton(kv_cache):
-        return triton_module("triton_sparse_mla").sparse_mla(q_latent, q_rope, kv_cache, indices, scale)[0]
+        return triton_module("triton_sparse_mla").sparse_mla(q_latent, q_rope, kv_cache, selection, scale)[0]
     if kv_cache.shape[1] <= FUSED_SPARSE_MAX_KEYS:
-        visible = selected_key_mask(indices, kv_cache.shape[1])
+        visible = selected_key_mask(selection, kv_cache.shape[1])
         return fused_cpu.mla_attention(q_latent, q_rope, kv_cache, visible, scale)
-    return reference.sparse_mla(q_latent, q_rope, kv_cache, indices, scale)[0]
+    return reference.sparse_mla(q_latent, q_rope, kv_cache, selection, scale)[0]

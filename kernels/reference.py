@@ -115,20 +115,19 @@ def _top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
     least, least_at = values.min(dim=-1, keepdim=True)
     # A row with fewer than `top` finite scores selects them all; its ties are among the masked.
     tied = ((values == least).sum(-1) > 1) & (least.squeeze(-1) != NEG_INF)
-    chosen = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, indices, True)
-    chosen.scatter_(-1, indices.gather(-1, least_at), False)
-    if bool(tied.any()):
-        chosen[tied] = torch.zeros_like(chosen[tied]).scatter_(-1, _exact_topk(scores[tied], top), True)
+    # Ones and zeros, not True and False: a traced scatter_ takes no bool value.
+    chosen = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, indices, 1)
+    chosen.scatter_(-1, indices.gather(-1, least_at), 0)
+    # A traced pass records the exact ranking whatever its own ties, so that every replay ranks its
+    # ties too (over no tied rows it changes nothing).
+    if torch.jit.is_tracing() or bool(tied.any()):
+        chosen[tied] = torch.zeros_like(chosen[tied]).scatter_(-1, _exact_topk(scores[tied], top), 1)
     return chosen
 
 
 def _exact_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Top-k of `[N, L]` rows by (score, earlier position) as one exact int64 key; no ties remain."""
-    width = scores.shape[-1]
-    bits = scores.float().contiguous().view(torch.int32).to(torch.int64)
-    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # monotone in the float's value
-    positions = torch.arange(width, device=scores.device)
-    return (ordered * (1 << 31) + ((1 << 31) - 1 - positions)).topk(k, dim=-1).indices
+    """Top-k of `[N, L]` rows by score, ties to the earlier position: a stable sort leaves no ties."""
+    return scores.sort(dim=-1, descending=True, stable=True).indices[..., :k]
 
 
 def sparse_mla(

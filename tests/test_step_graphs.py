@@ -9,12 +9,14 @@ import torch
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.loop import generate
 from jev.generate.profiles import machine_key
+from jev.model.step_graphs import TRACE_AFTER
 from jev.model.weights import fp16_available, store_weights
 from tests.test_weights import with_mlps_on_grid
 from tests.tiny import MOE, random_model, tiny_config
 
 # (sequences, tokens each pass extends by, prompt length): a plain step, verify passes, ragged batches.
 PASSES = [(1, 1, 5), (1, 4, 9), (3, 1, 7), (3, 5, 12), (2, 8, 3)]
+DENSE = (False,) * 3  # the graphs' key: no layer of the 3 selects
 
 
 def _model(weights: str = "float32", **config):
@@ -59,7 +61,7 @@ def test_replayed_passes_equal_eager_ones_exactly(weights):
     eager = [_cached_passes(model, *shape) for shape in PASSES]
     model.replay_cached_passes()
     calls = _replays(model)
-    assert (torch.float32, True) in model.step_graphs.graphs  # no indexer keys in these short caches
+    assert (torch.float32, True, DENSE) in model.step_graphs.graphs  # no indexer keys in these short caches
     for shape, (want_states, want_cache) in zip(PASSES, eager, strict=True):
         states, cache = _cached_passes(model, *shape)
         for got, want in zip(states, want_states, strict=True):
@@ -68,17 +70,37 @@ def test_replayed_passes_equal_eager_ones_exactly(weights):
     assert len(calls) == 4 * len(PASSES)  # every cached pass replayed, by the one graph traced at warm-up
 
 
-def test_a_cache_with_indexer_keys_has_its_own_graph_and_selecting_passes_run_eagerly():
+def test_a_cache_with_indexer_keys_has_its_own_graph_and_selecting_passes_theirs():
     model = _model(index_topk=10)
-    eager = _cached_passes(model, 2, 3, 6)  # 6 + 4 x 3 keys: the last two passes select
+    eager = _cached_passes(model, 2, 3, 6)  # 9 keys, then 12, 15 and 18 selected
     model.replay_cached_passes()
-    assert set(model.step_graphs.graphs) == {(torch.float32, True), (torch.float32, False)}
+    assert set(model.step_graphs.graphs) == {(torch.float32, True, DENSE), (torch.float32, False, DENSE)}
     calls = _replays(model)
     states, cache = _cached_passes(model, 2, 3, 6)
-    assert len(calls) == 1  # 9 keys replayed, then 12 and 15 selected eagerly
+    assert len(calls) == 1  # 9 keys replayed; 12 selected eagerly, then traced at 15 and replayed
+    assert (torch.float32, False, (True,) * 3) in model.step_graphs.graphs
     for got, want in zip(states, eager[0], strict=True):
         assert torch.equal(got, want)
     assert torch.equal(cache.latent, eager[1].latent) and torch.equal(cache.index_keys, eager[1].index_keys)
+
+
+@pytest.mark.parametrize("weights", ["float32", "mixed"])
+def test_selecting_passes_replay_exactly_at_every_number_of_sequences_tokens_and_keys(weights):
+    """Past a top-k of 4 every pass selects, ragged rows included (a short row's queries see fewer than
+    k keys); one graph, traced at warm-up's first selecting passes, replays them all."""
+    model = _model(weights, index_topk=4)
+    eager = [_cached_passes(model, *shape) for shape in PASSES]
+    model.replay_cached_passes()
+    _cached_passes(model, 1, 1, 5, steps=TRACE_AFTER)
+    selecting = (torch.float32, False, (True,) * 3)
+    assert selecting in model.step_graphs.graphs
+    calls = _replays(model)
+    for shape, (want_states, want_cache) in zip(PASSES, eager, strict=True):
+        states, cache = _cached_passes(model, *shape)
+        for got, want in zip(states, want_states, strict=True):
+            assert torch.equal(got, want), shape
+        assert torch.equal(cache.latent, want_cache.latent) and torch.equal(cache.index_keys, want_cache.index_keys)
+    assert len(calls) == 4 * len(PASSES)
 
 
 def test_mixed_weights_replay_a_few_sequences_and_not_the_bfloat16_blocks_of_many():
@@ -117,7 +139,7 @@ def test_a_pass_kind_not_traced_yet_is_traced_the_second_time_it_is_seen():
     _cached_passes(model, 1, 1, 3, steps=1)
     assert not model.step_graphs.graphs
     _cached_passes(model, 2, 3, 4, steps=1)
-    assert list(model.step_graphs.graphs) == [(torch.float32, True)]
+    assert list(model.step_graphs.graphs) == [(torch.float32, True, DENSE)]
 
 
 @pytest.mark.parametrize("drafted", [False, True])

@@ -6,7 +6,8 @@ head. DeepSeek's Hadamard rotation and FP8 quantisation are omitted: the rotatio
 same numbers.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
@@ -61,20 +62,16 @@ class Indexer(nn.Module):
         sin: torch.Tensor,
         k: int,
     ) -> torch.Tensor:
-        """Top-`min(k, t + 1)` causal positions per query `[B, T, k]` int32, ascending, -1 for unused.
-
-        A query that sees at most k keys selects every one of them (what ranking them would give),
-        so only the columns where some row sees more are scored: in a prefill longer than k, the
-        first k queries cost nothing.
+        """Top-`min(k, t + 1)` causal positions per query `[B, T, k]` int32, ascending, -1 for unused:
+        the selection an attention that gathers keys reads (a GPU's kernel, or past
+        `ops.FUSED_SPARSE_MAX_KEYS` keys).
 
         The indexer receives no gradient from the language-model loss (selection is discrete and
         DeepSeek detaches the indexer's input), so scoring runs without autograd.
         """
-        every = torch.arange(k, device=q_positions.device)
-        selected = torch.where(every <= q_positions.unsqueeze(-1), every, -1).to(torch.int32)
-        for columns, scores in self._ranked_scores(x, q_compressed, key_cache, q_positions, cos, sin, k):
-            selected[:, columns] = ops.select_topk(scores, k)
-        return selected
+        with torch.no_grad():
+            q, weights = self.queries(x, q_compressed, cos, sin)
+            return self._in_chunks(q, weights, key_cache, q_positions, partial(ops.select_topk, k=k))
 
     def select_mask(
         self,
@@ -85,34 +82,46 @@ class Indexer(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         k: int,
+        fresh: bool = False,
     ) -> torch.Tensor:
-        """`select`'s keys as a mask `[B, T, L]`, for an attention that reads one: no order to make."""
-        selected = ops.causal_key_mask(q_positions, key_cache.shape[1])
-        for columns, scores in self._ranked_scores(x, q_compressed, key_cache, q_positions, cos, sin, k):
-            selected[:, columns] = ops.top_key_mask(scores, k)
-        return selected
+        """`select`'s keys as a mask `[B, T, L]`, for an attention that reads one: no order to make.
 
-    def _ranked_scores(
+        In a `fresh` pass longer than k the first k queries see at most k keys, so they select all
+        they see unranked (what ranking them would give) and only the later ones are scored. A
+        cached pass ranks every query: it has few, and nothing in it then branches on their
+        positions, so it replays as a traced graph (`jev.model.step_graphs`).
+        """
+        with torch.no_grad():
+            ranked = (q_positions >= k).any(0).nonzero().squeeze(1) if fresh else None
+            if ranked is None or len(ranked) == x.shape[1]:
+                q, weights = self.queries(x, q_compressed, cos, sin)
+                return self._in_chunks(q, weights, key_cache, q_positions, partial(ops.top_key_mask, k=k))
+            selected = ops.causal_key_mask(q_positions, key_cache.shape[1])
+            x, q_compressed, q_positions = x[:, ranked], q_compressed[:, ranked], q_positions[:, ranked]
+            q, weights = self.queries(x, q_compressed, cos[:, ranked], sin[:, ranked])
+            selected[:, ranked] = self._in_chunks(q, weights, key_cache, q_positions, partial(ops.top_key_mask, k=k))
+            return selected
+
+    def scores_in_one_chunk(self, rows: int, queries: int, keys: int) -> bool:
+        """Whether the scores of `queries` per row over `keys` are made in one product (see `_in_chunks`)."""
+        return queries <= max(1, _SCORE_BUDGET // (self.n_heads * keys * rows))
+
+    def _in_chunks(
         self,
-        x: torch.Tensor,
-        q_compressed: torch.Tensor,
+        q: torch.Tensor,
+        weights: torch.Tensor,
         key_cache: torch.Tensor,
         q_positions: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        k: int,
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The scores `[B, T', L]` of the query columns where some row sees more than k keys, a chunk
-        at a time, with those columns' indices."""
-        with torch.no_grad():
-            ranked = (q_positions >= k).any(0).nonzero().squeeze(1)
-            if len(ranked) < x.shape[1]:
-                x, q_compressed, q_positions = x[:, ranked], q_compressed[:, ranked], q_positions[:, ranked]
-                cos, sin = cos[:, ranked], sin[:, ranked]
-            q, weights = self.queries(x, q_compressed, cos, sin)
-            chunk = max(1, _SCORE_BUDGET // (self.n_heads * key_cache.shape[1] * x.shape[0]))
-            for start in range(0, x.shape[1], chunk):
-                rows = slice(start, start + chunk)
-                yield ranked[rows], ops.indexer_logits(
-                    q[:, rows], weights[:, rows], key_cache, q_positions[:, rows], self.scale
-                )
+        pick: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """`pick` applied to the queries' scores, a chunk of queries at a time, joined along them. Scores
+        that fit one chunk are made whole, unsliced: a traced pass then replays at any number of queries
+        that fits one."""
+        size, length = q.shape[:2]
+        if self.scores_in_one_chunk(size, length, key_cache.shape[1]):
+            return pick(ops.indexer_logits(q, weights, key_cache, q_positions, self.scale))
+        chunk = max(1, _SCORE_BUDGET // (self.n_heads * key_cache.shape[1] * size))
+        return torch.cat([
+            pick(ops.indexer_logits(q[:, rows], weights[:, rows], key_cache, q_positions[:, rows], self.scale))
+            for rows in (slice(start, start + chunk) for start in range(0, length, chunk))
+        ], dim=1)

@@ -116,12 +116,12 @@ class MLA(nn.Module):
         elif selecting:
             selection = (x, q_compressed, index_key, batch.positions, batch.cos, batch.sin, self.index_topk)
             if batch.expanded and batch.n_keys <= DENSE_PREFILL_MAX_KEYS:
-                visible = self.indexer.select_mask(*selection)
+                visible = self.indexer.select_mask(*selection, fresh=True)
                 out = self.expanded_attention(q_nope, q_rope, kv, batch.positions, visible)
             else:
-                top = self.indexer.select(*selection)
                 q_nope, q_rope = q_nope.to(kv.dtype), q_rope.to(kv.dtype)
-                out_latent = ops.sparse_mla_attention(self.absorb_query(q_nope), q_rope, kv, top, self.scale)
+                chosen = self._select(kv, *selection)
+                out_latent = ops.sparse_mla_attention(self.absorb_query(q_nope), q_rope, kv, chosen, self.scale)
                 out = self.expand_output(out_latent)
         elif batch.expanded:
             out = self.expanded_attention(q_nope, q_rope, kv, batch.positions)
@@ -151,11 +151,18 @@ class MLA(nn.Module):
         if self.index_topk < batch.n_keys:
             cos, sin = batch.cos[rows, read], batch.sin[rows, read]
             index_key = self.indexer.keys(x, batch.cos, batch.sin)
-            top = self.indexer.select(queried, q_compressed, index_key, read, cos, sin, self.index_topk)
-            out_latent = ops.sparse_mla_attention(q_latent, q_rope, kv, top, self.scale)
+            chosen = self._select(kv, queried, q_compressed, index_key, read, cos, sin, self.index_topk)
+            out_latent = ops.sparse_mla_attention(q_latent, q_rope, kv, chosen, self.scale)
         else:
             out_latent = ops.mla_attention(q_latent, q_rope, kv, read, self.scale)
         return self.o_proj(self.expand_output(out_latent).reshape(size, n_read, self.n_heads * self.d_v))
+
+    def _select(self, kv: torch.Tensor, *selection) -> torch.Tensor:
+        """The indexer's selection over `kv`, every query ranked, in the form `ops.sparse_mla_attention`
+        reads there: a mask where it reads one (no order to make), else ascending indices."""
+        if ops.reads_selection_mask(kv):
+            return self.indexer.select_mask(*selection)
+        return self.indexer.select(*selection)
 
     def _queries(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The compressed query `[B, T, q_lora_rank]` (the indexer's input too) and its heads' no-RoPE and

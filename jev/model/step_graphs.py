@@ -33,6 +33,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from jev.kernels import ops
 from jev.model.cache import LatentCache
 from jev.model.mla import AttentionBatch
 from jev.model.mlp import MoE
@@ -86,9 +87,10 @@ class StepGraphs:
         if x.device.type != "cpu" or torch.is_grad_enabled() or torch.is_autocast_enabled("cpu"):
             return None
         layers = self.passes.layers
-        if any(layer.self_attn.index_topk < batch.n_keys for layer in layers) or not self.replays(batch):
+        if not self.replays(batch) or not self._replays_selection(batch):
             return None
-        key = (x.dtype, cache.index_keys is None)
+        selects = tuple(layer.self_attn.index_topk < batch.n_keys for layer in layers)
+        key = (x.dtype, cache.index_keys is None, selects)
         inputs = (x, batch.positions, batch.cos, batch.sin, cache.latent[:, :, : batch.n_keys])
         inputs += () if cache.index_keys is None else (cache.index_keys[:, :, : batch.n_keys],)
         graph = self.graphs.get(key)
@@ -111,3 +113,15 @@ class StepGraphs:
                 graph = self.graphs[key] = torch.jit.trace(self.passes, inputs, check_trace=False)
         with torch.jit.optimized_execution(not self.settled):
             return graph(*inputs)
+
+    def _replays_selection(self, batch: AttentionBatch) -> bool:
+        """Whether a graph can replay this pass's selections, if any: each selecting layer's attention
+        reads its selection as a mask and its indexer scores the pass's queries in one product (an
+        attention that gathers keys, and scores made in chunks, take Python branches on sizes)."""
+        size, length = batch.positions.shape
+        latent = batch.cache.latent[0, :, : batch.n_keys]
+        return all(
+            ops.reads_selection_mask(latent) and layer.self_attn.indexer.scores_in_one_chunk(size, length, batch.n_keys)
+            for layer in self.passes.layers
+            if layer.self_attn.index_topk < batch.n_keys
+        )
