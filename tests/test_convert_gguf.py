@@ -297,9 +297,10 @@ def test_the_sparse_stage_distills_under_dsa_and_leaves_the_indexers(gguf_file, 
     assert main(["convert", "--out", str(first), *common, "--transfer-steps", "1", "--distill-steps", "1",
                  "--indexer-steps", "1"]) == 0
     selections = []
-    for name in ("select", "select_mask"):  # a fresh pass selects as a mask, a cached one as indices
+    for name in ("select", "select_mask"):  # a selection as indices, or as the mask a CPU's attention reads
         select = getattr(Indexer, name)
-        monkeypatch.setattr(Indexer, name, lambda self, *a, select=select: selections.append(1) or select(self, *a))
+        counted = lambda self, *args, select=select, **kwargs: selections.append(1) or select(self, *args, **kwargs)  # noqa: E731
+        monkeypatch.setattr(Indexer, name, counted)
     more = ["--transfer-steps", "0", "--distill-steps", "1", "--indexer-steps", "0", "--sparse-steps", "2"]
     assert main(["convert", "--out", str(sparse), "--init", str(first), *more, *common]) == 0
     assert rows == [("transfer", (2, 64)), ("distill", (2, 64)), ("indexer", (3, 96)),

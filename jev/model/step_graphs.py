@@ -8,14 +8,16 @@ kernels in the same order and fuses nothing on a CPU, so a replayed pass gives e
 pass's numbers (`tests/test_step_graphs.py`).
 
 A trace records the branches its own pass took, so a pass is replayed only where nothing branches
-on data or on a size: it extends a cache (a decode step or a verify pass), no layer's indexer
-selects (every query sees at most `index_topk` keys, as a short text's do), it runs on the CPU
-without autograd or autocast through dense MLPs (MoE routes by data), and the model's products do
+on data or on a size: it extends a cache (a decode step or a verify pass), it runs on the CPU
+without autograd or autocast through dense MLPs (MoE routes by data), the model's products do
 not change form with the number of rows (`Model.replays_pass`: mixed weights switch to bfloat16
-blocks at 8 sequences). The sizes a trace does not fix are the sequences, the tokens each extends
-by and the keys: the latents come in as the cache's first n_keys slots, and n_keys is read from
-their shape, so it is recorded as a size. So one graph per dtype, and per cache with or without
-indexer keys, serves every such pass.
+blocks at 8 sequences), and each layer whose indexer selects (past `index_topk` keys) reads the
+selection as a mask made in one product of scores (`Indexer.select_mask`, which ranks every query of
+a cached pass and records the exact ranking of ties whatever the traced pass's own). The sizes a
+trace does not fix are the sequences, the tokens each extends by and the keys: the latents come
+in as the cache's first n_keys slots, and n_keys is read from their shape, so it is recorded as a
+size. So one graph per dtype, per cache with or without indexer keys, and per set of selecting
+layers, serves every such pass.
 
 Tracing costs about 1.2 s on 2 cores, and the executor's first runs about 0.4 s more (it optimizes
 the graph for what it has seen), so `Model.replay_cached_passes` does both up front for what a
