@@ -118,9 +118,12 @@ def _top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
     # Ones and zeros, not True and False: a traced scatter_ takes no bool value.
     chosen = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, indices, 1)
     chosen.scatter_(-1, indices.gather(-1, least_at), 0)
-    # A traced pass records the exact ranking whatever its own ties, so that every replay ranks its
-    # ties too (over no tied rows it changes nothing).
-    if torch.jit.is_tracing() or bool(tied.any()):
+    # A traced pass (`jev.model.step_graphs`) ranks every row exactly and keeps that for the tied ones:
+    # it may not branch on whether its own rows tie, nor index them by a mask (its shape is recorded).
+    if torch.jit.is_tracing():
+        exact = torch.zeros_like(chosen).scatter_(-1, _exact_topk(scores, top), 1)
+        return torch.where(tied.unsqueeze(-1), exact, chosen)
+    if bool(tied.any()):
         chosen[tied] = torch.zeros_like(chosen[tied]).scatter_(-1, _exact_topk(scores[tied], top), 1)
     return chosen
 

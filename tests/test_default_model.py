@@ -11,6 +11,7 @@ from litestar.testing import TestClient
 import jev.decide.decider as decider_module
 from jev import Client, Decider
 from jev.generate.drafters.dspark import DSparkDrafter
+from jev.generate.loop import generate
 from jev.generate.scheduler import FixedLength
 from jev.model.base import BASE_FILE, BaseReference
 from jev.serve.app import create_app
@@ -69,3 +70,13 @@ def test_the_shipped_drafter_is_lossless_on_the_shipped_model() -> None:
     drafted = drafting.decide_batch(MailDecision, mails)
     assert [r.value for r in drafted] == [r.value for r in plain.decide_batch(MailDecision, mails)]
     assert drafting.drafter.passes > 0
+
+
+def test_text_past_the_indexer_top_k_replays_exactly_as_eager_steps_write_it() -> None:
+    """Past 256 keys every layer selects: the selecting step's graph, traced at one key count, must write
+    what eager steps write at the key counts after it (it once recorded a key count and failed)."""
+    decider = Decider.load(MODEL, speculative=False, weights="mixed", replay=True)
+    prompt = decider.tokenizer.encode(MAIL["body"] * 20).ids[:300]
+    replayed = [generate(decider.model, [prompt], 24, temperature=0.0).tokens for _ in range(2)]
+    decider.model.step_graphs = None
+    assert replayed[0] == replayed[1] == generate(decider.model, [prompt], 24, temperature=0.0).tokens

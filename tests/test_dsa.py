@@ -169,6 +169,15 @@ def test_selection_equals_an_explicit_ranking_by_score_then_earlier_key():
         assert torch.equal(ref.top_key_mask(scores, k), ref.selected_key_mask(torch.tensor(expected), 40)), k
 
 
+def test_a_traced_selection_replays_over_more_keys_and_new_ties_as_eager_selects():
+    """Traced where no row ties (a decode step's usual case), replayed where rows tie, over more keys."""
+    traced = torch.jit.trace(lambda scores: ref.top_key_mask(scores, 4), torch.randn(1, 1, 10, generator=GEN))
+    tied = (torch.randn(2, 3, 13, generator=GEN) * 2).round() / 2
+    tied[1, 2, 7:] = float("-inf")
+    for scores in (tied, torch.randn(1, 1, 11, generator=GEN)):
+        assert torch.equal(traced(scores), ref.top_key_mask(scores, 4))
+
+
 def test_a_short_prefill_masks_dense_attention_to_the_selection_exactly_as_the_gather_does(monkeypatch):
     from jev.kernels import ops
 
