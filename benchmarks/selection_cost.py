@@ -1,4 +1,4 @@
-"""What DSA's top-k selection adds to a decision pass past `index_topk` keys, measured in one run.
+"""What DSA's top-k selection adds to a decision and a decode step past `index_topk` keys, in one run.
 
 A pass over more keys than a layer's `index_topk` (256 in the default) has its indexer pick each
 query's keys. The shipped selection ranks only the queries that see more than k keys; the first k

@@ -1,5 +1,6 @@
 """DSA: the indexer's scores, top-k selection and sparse attention over gathered latents."""
 
+import pytest
 import torch
 from jev.kernels import reference as ref
 
@@ -169,6 +170,7 @@ def test_selection_equals_an_explicit_ranking_by_score_then_earlier_key():
         assert torch.equal(ref.top_key_mask(scores, k), ref.selected_key_mask(torch.tensor(expected), 40)), k
 
 
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
 def test_a_traced_selection_replays_over_more_keys_and_new_ties_as_eager_selects():
     """Traced where no row ties (a decode step's usual case), replayed where rows tie, over more keys."""
     traced = torch.jit.trace(lambda scores: ref.top_key_mask(scores, 4), torch.randn(1, 1, 10, generator=GEN))
