@@ -129,7 +129,7 @@ def _top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def _exact_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Top-k of `[N, L]` rows by score, ties to the earlier position: a stable sort leaves no ties."""
+    """Top-k of `[..., L]` rows by score, ties to the earlier position: a stable sort leaves no ties."""
     return scores.sort(dim=-1, descending=True, stable=True).indices[..., :k]
 
 

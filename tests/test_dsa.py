@@ -87,8 +87,8 @@ def test_model_selection_inside_a_forward_pass_is_valid():
 
 
 def test_the_model_selection_equals_ranking_every_query_explicitly():
-    """Queries that see at most k keys skip the ranking; they must select what ranking would give.
-    Rows at different cache offsets make some columns ranked in one row and not in another."""
+    """A fresh pass's queries that see at most k keys skip the ranking; they must select what ranking
+    would give. Rows at different offsets make some columns ranked in one row and not in another."""
     model = random_model(tiny_config(index_topk=12))
     attn = model.backbone.layers[1].self_attn
     x = torch.randn(3, 20, 64, generator=GEN)
@@ -102,9 +102,11 @@ def test_the_model_selection_equals_ranking_every_query_explicitly():
         q, weights = attn.indexer.queries(x, q_compressed, cos, sin)
         expected = ref.select_topk(ref.indexer_logits(q, weights, keys, positions, attn.indexer.scale), 12)
         selected = attn.indexer.select(x, q_compressed, keys, positions, cos, sin, 12)
-        mask = attn.indexer.select_mask(x, q_compressed, keys, positions, cos, sin, 12)
+        selection = (x, q_compressed, keys, positions, cos, sin, 12)
+        masks = [attn.indexer.select_mask(*selection, fresh=fresh) for fresh in (False, True)]
     assert torch.equal(selected, expected)
-    assert torch.equal(mask, ref.selected_key_mask(expected, 50))
+    for mask in masks:
+        assert torch.equal(mask, ref.selected_key_mask(expected, 50))
     assert bool((positions < 12).any()) and bool((positions >= 12).any())
 
 
