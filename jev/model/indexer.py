@@ -91,20 +91,25 @@ class Indexer(nn.Module):
         cached pass ranks every query: it has few, and nothing in it then branches on their
         positions, so it replays as a traced graph (`jev.model.step_graphs`).
         """
+        pick = partial(ops.top_key_mask, k=k)
         with torch.no_grad():
             ranked = (q_positions >= k).any(0).nonzero().squeeze(1) if fresh else None
             if ranked is None or len(ranked) == x.shape[1]:
                 q, weights = self.queries(x, q_compressed, cos, sin)
-                return self._in_chunks(q, weights, key_cache, q_positions, partial(ops.top_key_mask, k=k))
+                return self._in_chunks(q, weights, key_cache, q_positions, pick)
             selected = ops.causal_key_mask(q_positions, key_cache.shape[1])
             x, q_compressed, q_positions = x[:, ranked], q_compressed[:, ranked], q_positions[:, ranked]
             q, weights = self.queries(x, q_compressed, cos[:, ranked], sin[:, ranked])
-            selected[:, ranked] = self._in_chunks(q, weights, key_cache, q_positions, partial(ops.top_key_mask, k=k))
+            selected[:, ranked] = self._in_chunks(q, weights, key_cache, q_positions, pick)
             return selected
 
     def scores_in_one_chunk(self, rows: int, queries: int, keys: int) -> bool:
         """Whether the scores of `queries` per row over `keys` are made in one product (see `_in_chunks`)."""
-        return queries <= max(1, _SCORE_BUDGET // (self.n_heads * keys * rows))
+        return queries <= self._chunk(rows, keys)
+
+    def _chunk(self, rows: int, keys: int) -> int:
+        """How many queries per row are scored in one product: the per-head scores stay in budget."""
+        return max(1, _SCORE_BUDGET // (self.n_heads * keys * rows))
 
     def _in_chunks(
         self,
@@ -118,9 +123,9 @@ class Indexer(nn.Module):
         that fit one chunk are made whole, unsliced: a traced pass then replays at any number of queries
         that fits one."""
         size, length = q.shape[:2]
-        if self.scores_in_one_chunk(size, length, key_cache.shape[1]):
+        chunk = self._chunk(size, key_cache.shape[1])
+        if length <= chunk:
             return pick(ops.indexer_logits(q, weights, key_cache, q_positions, self.scale))
-        chunk = max(1, _SCORE_BUDGET // (self.n_heads * key_cache.shape[1] * size))
         return torch.cat([
             pick(ops.indexer_logits(q[:, rows], weights[:, rows], key_cache, q_positions[:, rows], self.scale))
             for rows in (slice(start, start + chunk) for start in range(0, length, chunk))

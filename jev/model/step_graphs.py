@@ -89,9 +89,9 @@ class StepGraphs:
         if x.device.type != "cpu" or torch.is_grad_enabled() or torch.is_autocast_enabled("cpu"):
             return None
         layers = self.passes.layers
-        if not self.replays(batch) or not self._replays_selection(batch):
-            return None
         selects = tuple(layer.self_attn.index_topk < batch.n_keys for layer in layers)
+        if not self.replays(batch) or (any(selects) and not self._replays_selection(batch, selects)):
+            return None
         key = (x.dtype, cache.index_keys is None, selects)
         inputs = (x, batch.positions, batch.cos, batch.sin, cache.latent[:, :, : batch.n_keys])
         inputs += () if cache.index_keys is None else (cache.index_keys[:, :, : batch.n_keys],)
@@ -116,14 +116,15 @@ class StepGraphs:
         with torch.jit.optimized_execution(not self.settled):
             return graph(*inputs)
 
-    def _replays_selection(self, batch: AttentionBatch) -> bool:
-        """Whether a graph can replay this pass's selections, if any: each selecting layer's attention
-        reads its selection as a mask and its indexer scores the pass's queries in one product (an
-        attention that gathers keys, and scores made in chunks, take Python branches on sizes)."""
+    def _replays_selection(self, batch: AttentionBatch, selects: tuple[bool, ...]) -> bool:
+        """Whether a graph can replay this pass's selections: the attention reads them as masks and each
+        selecting layer's indexer scores the pass's queries in one product (an attention that gathers
+        keys, and scores made in chunks, take Python branches on sizes)."""
+        if not ops.reads_selection_mask(batch.cache.latent[0, :, : batch.n_keys]):
+            return False
         size, length = batch.positions.shape
-        latent = batch.cache.latent[0, :, : batch.n_keys]
         return all(
-            ops.reads_selection_mask(latent) and layer.self_attn.indexer.scores_in_one_chunk(size, length, batch.n_keys)
-            for layer in self.passes.layers
-            if layer.self_attn.index_topk < batch.n_keys
+            layer.self_attn.indexer.scores_in_one_chunk(size, length, batch.n_keys)
+            for layer, selecting in zip(self.passes.layers, selects, strict=True)
+            if selecting
         )
