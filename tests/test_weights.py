@@ -13,6 +13,8 @@ from jev.kernels import ops
 from torch import nn
 
 from jev.decide.decider import Decider
+from jev.generate.accept import SamplingSettings
+from jev.generate.drafters import load_drafter
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.drafters.vocabulary import target_head_rows
 from jev.generate.loop import generate
@@ -375,6 +377,32 @@ def test_greedy_speculative_decoding_on_half_size_weights_equals_plain(one_threa
     for draft_len in (1, 4):
         spec = generate(target, prompts, 16, temperature=0.0, drafter=drafter, draft_len=draft_len)
         assert spec.stats.drafted > 0 and spec.tokens == plain.tokens
+
+
+@pytest.mark.parametrize("weights", ["fp16", "mixed"])
+def test_an_autoregressive_drafter_loads_in_its_targets_form(tmp_path, one_thread, weights):
+    random_model(tiny_config(num_hidden_layers=1), seed=1).save_pretrained(tmp_path / "drafter")
+    target = random_model(tiny_config(), seed=0)
+    store_weights(target, weights)
+    eager = load_drafter(tmp_path / "drafter", target)
+    target.replay_cached_passes()
+    replayed = load_drafter(tmp_path / "drafter", target)
+    assert eager.model.weights == replayed.model.weights == weights
+    assert eager.model.step_graphs is None and replayed.model.step_graphs is not None
+    prompts = [[(7 * i + 3 * j) % 97 for j in range(2 + (5 * i) % 11)] for i in range(3)]
+    pending, active = torch.tensor([prompt[-1] for prompt in prompts]), torch.ones(3, dtype=torch.bool)
+    uniforms = torch.rand(3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    drafts = []
+    for drafter in (eager, replayed):
+        drafter.start(prompts, 32)
+        drafts.append(drafter.propose(pending, active, SamplingSettings.build(3, temperature=0.8), uniforms))
+    assert torch.equal(drafts[0].tokens, drafts[1].tokens) and torch.equal(drafts[0].probs, drafts[1].probs)
+    plain = generate(target, prompts, 12, temperature=0.0)
+    spec = generate(target, prompts, 12, temperature=0.0, drafter=replayed, draft_len=3)
+    assert spec.stats.drafted > 0 and spec.tokens == plain.tokens
+    random_model(tiny_config(num_hidden_layers=1, vocab_size=64), seed=1).save_pretrained(tmp_path / "other")
+    with pytest.raises(ValueError, match="not the target's"):
+        load_drafter(tmp_path / "other", target)
 
 
 def test_a_bfloat16_pass_that_selects_keys_stays_close_to_float32(monkeypatch):

@@ -41,11 +41,4 @@ def load_drafter(path: str | Path, target: Model) -> Drafter:
         settings = json.loads((Path(path) / DRAFTER_FILE).read_text())
         given = {name: settings[name] for name in ("max_ngram", "hold") if name in settings}
         return LookupDrafter(target.config.vocab_size, **given)
-    drafter = AutoregressiveDrafter.load(path, dtype=target.dtype)
-    drafter.model.to(target.device)
-    if drafter.model.config.vocab_size != target.config.vocab_size:
-        raise ValueError(
-            f"{path}: the drafter's vocabulary ({drafter.model.config.vocab_size}) is not the target's "
-            f"({target.config.vocab_size})"
-        )
-    return drafter
+    return AutoregressiveDrafter.load(path, target)

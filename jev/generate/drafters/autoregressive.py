@@ -14,6 +14,7 @@ import torch
 from jev.generate.accept import SamplingSettings, sample_from, warp
 from jev.generate.drafters.protocol import Draft
 from jev.model import Model
+from jev.model.weights import store_weights
 from jev.ragged import concat_rows, drop_first, pad_rows
 
 
@@ -30,9 +31,21 @@ class AutoregressiveDrafter:
         self._base = torch.zeros(0, dtype=torch.int64)
 
     @classmethod
-    def load(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> "AutoregressiveDrafter":
-        """A drafter folder (`config.json` + `model.safetensors`), e.g. `models/default/drafter`."""
-        return cls(Model.from_pretrained(path, dtype=dtype))
+    def load(cls, path: str | Path, target: Model) -> "AutoregressiveDrafter":
+        """A drafter folder (`config.json` + `model.safetensors`), e.g. `models/default/drafter`, in the
+        target's dtype and on its device, its products stored as the target's are (`jev.model.weights`)
+        and its passes replayed where the target's are: it runs one pass a draft, as small as the
+        target's step is large, so each pass is mostly its LM head's bytes and its calls."""
+        model = Model.from_pretrained(path, dtype=target.dtype).to(target.device)
+        if model.config.vocab_size != target.config.vocab_size:
+            raise ValueError(
+                f"{path}: the drafter's vocabulary ({model.config.vocab_size}) is not the target's "
+                f"({target.config.vocab_size})"
+            )
+        store_weights(model, target.weights)
+        if target.step_graphs is not None:
+            model.replay_cached_passes()
+        return cls(model)
 
     @torch.no_grad()
     def start(self, prompts: list[list[int]], max_len: int) -> None:
