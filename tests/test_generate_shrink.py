@@ -12,6 +12,7 @@ from jev.generate.drafters import Drafter
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
 from jev.generate.drafters.lookup import LookupDrafter
 from jev.generate.loop import generate
+from jev.generate.scheduler import FixedLength
 from jev.model import Model
 
 BUDGETS = [1 + (3 * i) % 10 for i in range(len(PROMPTS))]  # sequences finish in different rounds
@@ -77,3 +78,25 @@ def test_finished_sequences_leave_the_passes(target: Model, shrink: bool, monkey
     assert [len(tokens) for tokens in out.tokens] == [1, 1, 1, 6]
     assert rows_read[-5:] == [1] * 5 if shrink else set(rows_read) == {4}
     assert out.cache.batch_size == 4
+
+
+class DraftsLater(FixedLength):
+    """Verifies nothing until the batch has shrunk: its first rounds are plain steps."""
+
+    def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
+        return draft_len if int(active.sum()) < len(PROMPTS) // 2 else 0
+
+
+@pytest.mark.parametrize("kind", KINDS[1:])
+def test_a_batch_shrinks_before_its_first_draft(target: Model, kind: str) -> None:
+    """A drafter that has drafted nothing in this generation, and last drafted for a batch of another
+    size, keeps the right rows when the batch shrinks."""
+    def run(shrink: bool) -> list[list[int]]:
+        drafter = new_drafter(kind, target)
+        generate(target, PROMPTS[:1], 4, temperature=0.0, drafter=drafter, draft_len=3)
+        out = generate(target, PROMPTS, BUDGETS, temperature=0.0, drafter=drafter, draft_len=3,
+                       policy=DraftsLater(), stop=STOP, shrink=shrink)
+        assert out.stats.drafted > 0
+        return out.tokens
+
+    assert run(shrink=True) == run(shrink=False)

@@ -58,6 +58,8 @@ class AutoregressiveDrafter:
         if tokens.shape[1] > 0:
             self.model(tokens.to(self.model.device), cache=self._cache, lengths=lengths)
             self.passes += 1
+        # A batch may shrink (`keep`) before this generation's first draft.
+        self._base = self._cache.lengths.clone()
 
     @torch.no_grad()
     def propose(
