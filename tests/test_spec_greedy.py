@@ -65,6 +65,17 @@ def test_drafter_cache_matches_its_own_plain_pass(target: Model) -> None:
         torch.testing.assert_close(drafter._cache.latent[:, row, :n], reference.cache.latent[:, row, :n])
 
 
+def test_the_drafter_reads_its_lm_head_for_its_drafts_alone(target: Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its pass over the prompts and each round's over the backlog only fill its cache: the LM head reads
+    one row a sequence, once a draft (it read every prompt position before)."""
+    drafter = drafters(target)["other"]
+    head, rows = drafter.model.lm_head, []
+    forward = head.forward
+    monkeypatch.setattr(head, "forward", lambda x: (rows.append(x.shape[:-1].numel()), forward(x))[1])
+    out = generate(target, PROMPTS[:4], 8, temperature=0.0, drafter=drafter, draft_len=3, shrink=False)
+    assert set(rows) == {4} and len(rows) == out.stats.drafter_passes - 1
+
+
 def test_mixed_batch_settings_stop_tokens_and_policies(target: Model) -> None:
     """Greedy rows stay identical to plain greedy next to sampled rows, under any verify policy."""
     temperatures = [0.0, 1.0] * 12

@@ -55,8 +55,8 @@ class AutoregressiveDrafter:
         self._backlog_n = torch.zeros(batch, dtype=torch.int64)
         self._drafted_k = 0
         tokens, lengths = pad_rows([prompt[:-1] for prompt in prompts])
-        if tokens.shape[1] > 0:
-            self.model(tokens.to(self.model.device), cache=self._cache, lengths=lengths)
+        if tokens.shape[1] > 0:  # the prompts only fill the cache: no LM head over them
+            self.model.hidden_states(tokens.to(self.model.device), cache=self._cache, lengths=lengths)
             self.passes += 1
         # A batch may shrink (`keep`) before this generation's first draft.
         self._base = self._cache.lengths.clone()
@@ -72,8 +72,9 @@ class AutoregressiveDrafter:
         self._base = self._cache.lengths.clone()
         first, first_n = _append_column(self._backlog, self._backlog_n, pending)
         first_n = torch.where(active, first_n, torch.zeros_like(first_n))
-        logits = self.model(first.to(self.model.device), cache=self._cache, lengths=first_n)
-        logits = logits.gather(1, (first_n - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, logits.shape[-1]))[:, 0]
+        hidden = self.model.hidden_states(first.to(self.model.device), cache=self._cache, lengths=first_n)
+        last = (first_n - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, hidden.shape[-1]).to(hidden.device)
+        logits = self.model.lm_head(hidden.gather(1, last))[:, 0]  # each row's last token alone
         self.passes += 1
         tokens, probs = [], []
         for j in range(k):
