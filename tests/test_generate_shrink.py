@@ -81,7 +81,7 @@ def test_finished_sequences_leave_the_passes(target: Model, shrink: bool, monkey
 
 
 class DraftsLater(FixedLength):
-    """Verifies nothing until the batch has shrunk: its first rounds are plain steps."""
+    """Drafts nothing while half the prompts or more are active: the batch shrinks before its first draft."""
 
     def draft_depth(self, active: torch.Tensor, draft_len: int) -> int:
         return draft_len if int(active.sum()) < len(PROMPTS) // 2 else 0

@@ -34,8 +34,8 @@ class AutoregressiveDrafter:
     def load(cls, path: str | Path, target: Model) -> "AutoregressiveDrafter":
         """A drafter folder (`config.json` + `model.safetensors`), e.g. `models/default/drafter`, in the
         target's dtype and on its device, its products stored as the target's are (`jev.model.weights`)
-        and its passes replayed where the target's are: it runs one pass a draft, as small as the
-        target's step is large, so each pass is mostly its LM head's bytes and its calls."""
+        and its passes replayed where the target's are: it runs a pass per draft, whose time is mostly
+        its LM head's bytes and its small ops' calls."""
         model = Model.from_pretrained(path, dtype=target.dtype).to(target.device)
         if model.config.vocab_size != target.config.vocab_size:
             raise ValueError(
