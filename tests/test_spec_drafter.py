@@ -54,13 +54,13 @@ def test_drafter_command_distils_and_the_result_drafts(tmp_path: Path) -> None:
     provenance = json.loads((tmp_path / "drafter" / "drafter.json").read_text())
     assert provenance["final_kl"] < 0.5 * provenance["first_kl"]
     assert 0 < provenance["held_out_acceptance_t1"] <= 1
-    drafter = AutoregressiveDrafter.load(tmp_path / "drafter")
+    target = Model.from_pretrained(tmp_path / "target")
+    drafter = AutoregressiveDrafter.load(tmp_path / "drafter", target)
     assert drafter.model.config.num_hidden_layers == 1
     assert (tmp_path / "drafter" / "tokenizer.json").is_file()
     config = json.loads((tmp_path / "drafter" / "tokenizer_config.json").read_text())
     assert config == {"bos_token": "<bos>", "chat_template": "{{ x }}"}, "the target's config, kept"
 
-    target = Model.from_pretrained(tmp_path / "target")
     prompts = [tokenizer.encode(t).ids[:4] for t in TEXT]
     plain = generate(target, prompts, 8, temperature=0.0)
     spec = generate(target, prompts, 8, temperature=0.0, drafter=drafter, draft_len=3)
