@@ -4,6 +4,7 @@ head's effect, calibration, its folder, and `jev train drafter --kind dspark`.""
 import argparse
 import json
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -241,7 +242,7 @@ def test_the_loss_reads_the_target_at_each_drafted_position_from_states_kept_onc
     head, k, anchors = random_head(target, positions=3), 3, 4
     inputs = torch.tensor([[(5 * b + 3 * j + j * j) % V for j in range(12)] for b in range(3)])
     states = target_states(target, inputs, 2, target.dtype)
-    kl, _, label = dspark_loss(
+    kl, tv, _, label = dspark_loss(
         head, target.lm_head, target.backbone.embed_tokens, inputs, states, anchors, torch.Generator().manual_seed(7)
     )
     draw = torch.Generator().manual_seed(7)
@@ -258,6 +259,7 @@ def test_the_loss_reads_the_target_at_each_drafted_position_from_states_kept_onc
     # The loss takes its log-softmaxes in float32 (the target here is float64).
     torch.testing.assert_close(kl.double(), torch.stack(kls).mean(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(label.double(), torch.stack(accepted).mean(0), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(tv.double(), 1 - torch.stack(accepted).mean(), rtol=1e-5, atol=1e-6)
 
 
 def test_isotonic_calibration_matches_pool_adjacent_violators() -> None:
@@ -521,7 +523,7 @@ def test_a_vocabulary_size_keeps_the_most_frequent_training_tokens(trained: Path
 def test_weights_and_precision_are_refused_for_the_autoregressive_kind(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         ["train", "drafter", "--target", str(tmp_path), "--corpus", str(tmp_path), "--out", str(tmp_path / "d"),
-         "--weights", "fp16"]
+         "--kind", "autoregressive", "--weights", "fp16"]
     )
     with pytest.raises(JevError, match="--weights: not options of --kind autoregressive"):
         args.func(args)
@@ -547,3 +549,35 @@ def test_kl_by_tenth_averages_each_tenth_of_the_steps() -> None:
              losses[18:20], losses[20:22], losses[22:25]]
     assert curve == pytest.approx([sum(part) / len(part) for part in parts])
     assert kl_by_tenth([3.0, 1.0]) == [3.0, 1.0]
+
+
+def test_the_commands_defaults_are_the_shipped_drafters_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`jev train drafter` with no kind or shape trains what `models/default/drafter` records it was
+    trained as: a user's own drafter starts from the recipe that ships."""
+    root = Path(__file__).resolve().parent.parent
+    shipped = json.loads((root / "models" / "default" / "drafter" / "drafter.json").read_text())
+    built: list = []
+    monkeypatch.setattr("jev.train.cli.distill_dspark", lambda settings: built.append(settings) or settings.out)
+    args = build_parser().parse_args(
+        ["train", "drafter", "--target", str(root / "models" / "default"), "--corpus", "c.jsonl", "--out", "d"]
+    )
+    assert args.func(args) == 0
+    settings = built[0]
+    assert asdict(settings.config) == pytest.approx(shipped["config"])
+    recorded = ("steps", "block_size", "batch_size", "anchors", "vocab_size", "lr", "seed", "markov")
+    assert {name: shipped[name] for name in recorded} == {
+        **{name: getattr(settings, name) for name in recorded[:-1]}, "markov": settings.config.markov_rank > 0
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["tv", "kl+tv"])
+def test_training_by_the_rejection_chance_keeps_more_drafts_than_by_kl(trained: Path, objective: str) -> None:
+    """The same run as the KL one (`trained`'s "spark"), trained by TV or KL + TV: its drafted
+    distributions overlap the target's more, sum min(p, q) over its last steps' anchors."""
+    args = train_args(trained, objective, "--objective", objective)
+    assert args.func(args) == 0
+    by_kl, by_tv = (json.loads((trained / name / "drafter.json").read_text()) for name in ("spark", objective))
+    assert by_tv["objective"] == objective and by_kl["objective"] == "kl"
+    overlap = [sum(run["train_acceptance_by_position_t1"]) for run in (by_kl, by_tv)]
+    assert overlap[1] > overlap[0] + 0.03, overlap

@@ -19,7 +19,7 @@ from jev.model.precision import PRECISIONS, resolve_autocast
 from jev.schema import JevError, load_task
 from jev.train.answer_corpus import AnswerDocuments
 from jev.train.drafter import DrafterSettings, distill, drafter_config
-from jev.train.dspark import DSparkSettings, distill_dspark
+from jev.train.dspark import OBJECTIVES, DSparkSettings, distill_dspark
 from jev.train.eagle import EagleSettings, distill_eagle
 from jev.train.lm import LMSettings, pretrain
 from jev.train.presets import PRESETS
@@ -196,14 +196,18 @@ def _task_weights(entries: list[str]) -> dict[str, float]:
     return weights
 
 
+# The autoregressive drafter's default width (DSpark's is `DSparkConfig.width`).
+AUTOREGRESSIVE_WIDTH = 128
+
+
 def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
     parser = train_subparsers.add_parser(
         "drafter",
         help="distil a drafter (a small autoregressive LM, DSpark's block drafter or an EAGLE layer) from a target",
     )
     parser.add_argument(
-        "--kind", choices=("autoregressive", "dspark", "eagle"), default="autoregressive",
-        help="the drafter to train (default: %(default)s)",
+        "--kind", choices=("autoregressive", "dspark", "eagle"), default="dspark",
+        help="the drafter to train (default: %(default)s, the kind the default model ships)",
     )
     parser.add_argument("--target", type=Path, required=True, help="the target model folder (with tokenizer.json)")
     parser.add_argument("--corpus", type=Path, nargs="+", required=True, help=".txt / .jsonl files or folders")
@@ -213,19 +217,34 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
         help="module:NAME: read the --corpus JSONL rows as this task's inputs followed by their JSON answers",
     )
     parser.add_argument("--out", type=Path, required=True, help="drafter folder to write, e.g. models/default/drafter")
-    parser.add_argument("--layers", type=int, default=1, help="drafter layers (1-2; dspark: block predictor layers)")
-    parser.add_argument("--hidden-size", type=int, default=128, help="drafter width")
+    parser.add_argument(
+        "--layers", type=int, default=1,
+        help="drafter layers (1-2; dspark: block predictor layers) (default: %(default)s)",
+    )
     dspark = DSparkSettings(target=Path(), texts=[], out=Path(), config=DSparkConfig(hidden_size=1, vocab_size=1))
+    parser.add_argument(
+        "--hidden-size", type=int, default=None,
+        help=f"drafter width (default: dspark {dspark.config.width}, autoregressive {AUTOREGRESSIVE_WIDTH})",
+    )
     parser.add_argument(
         "--positions",
         type=int,
         default=dspark.config.positions,
-        help="(dspark) tokens one drafter pass proposes: the largest draft length it serves",
+        help="(dspark) tokens one drafter pass proposes: the largest draft length it serves (default: %(default)s)",
     )
-    parser.add_argument("--markov-rank", type=int, default=dspark.config.markov_rank, help="(dspark) Markov head rank")
+    parser.add_argument(
+        "--markov-rank", type=int, default=dspark.config.markov_rank,
+        help="(dspark) Markov head rank (default: %(default)s)",
+    )
     parser.add_argument("--no-markov", action="store_true", help="(dspark) no Markov head: the parallel-only ablation")
     parser.add_argument(
-        "--anchors", type=int, default=dspark.anchors, help="(dspark) drafted blocks trained per text block and step"
+        "--objective", choices=OBJECTIVES, default=dspark.objective,
+        help="(dspark) train the drafted distributions by KL(p || q), by the rejection chance at T = 1, "
+        "TV(p, q), or by their sum (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--anchors", type=int, default=dspark.anchors,
+        help="(dspark) drafted blocks trained per text block and step (default: %(default)s)",
     )
     eagle = EagleSettings(target=Path(), texts=[], out=Path())
     parser.add_argument(
@@ -244,13 +263,20 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
         "(AVX-512 BF16, AMX), else float32 (default: %(default)s)",
     )
     defaults = DrafterSettings(target=Path(), texts=[], out=Path(), config=ModelConfig())
-    parser.add_argument("--steps", type=int, default=defaults.steps)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--block-size", type=int, default=defaults.block_size)
+    parser.add_argument(
+        "--steps", type=int, default=None,
+        help=f"(default: dspark {dspark.steps}, eagle {eagle.steps}, autoregressive {defaults.steps})",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=defaults.batch_size, help="blocks a step (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--block-size", type=int, default=defaults.block_size, help="tokens a block (default: %(default)s)"
+    )
     parser.add_argument(
         "--lr", type=float, default=None, help=f"peak learning rate (default: {defaults.lr}; eagle {eagle.lr})"
     )
-    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="(default: %(default)s)")
     kind_defaults = {dest: parser.get_default(dest) for dest in set().union(*_KIND_OPTIONS.values())}
     parser.set_defaults(func=functools.partial(_run_drafter, defaults=kind_defaults))
 
@@ -259,8 +285,8 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
 _KIND_OPTIONS = {
     "autoregressive": {"layers", "hidden_size"},
     "dspark": {
-        "layers", "hidden_size", "positions", "markov_rank", "no_markov", "anchors", "vocab_size", "weights",
-        "precision",
+        "layers", "hidden_size", "positions", "markov_rank", "no_markov", "objective", "anchors", "vocab_size",
+        "weights", "precision",
     },
     "eagle": {"vocab_size", "feature_weight", "weights", "precision"},
 }
@@ -283,7 +309,8 @@ def _run_drafter(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         )
         print(f"wrote the EAGLE drafter to {distill_eagle(settings)}")
         return 0
-    settings = DrafterSettings(config=drafter_config(target_config, args.layers, args.hidden_size), **_shared(args))
+    width = AUTOREGRESSIVE_WIDTH if args.hidden_size is None else args.hidden_size
+    settings = DrafterSettings(config=drafter_config(target_config, args.layers, width), **_shared(args))
     print(f"wrote the drafter to {distill(settings)}")
     return 0
 
@@ -291,21 +318,22 @@ def _shared(args: argparse.Namespace) -> dict[str, Any]:
     """The settings every drafter kind takes from the command line."""
     return {
         "target": args.target, "texts": args.corpus, "out": args.out, "block_size": args.block_size,
-        "batch_size": args.batch_size, "steps": args.steps, "seed": args.seed,
-        **({} if args.lr is None else {"lr": args.lr}),
+        "batch_size": args.batch_size, "seed": args.seed,
+        **({} if args.lr is None else {"lr": args.lr}), **({} if args.steps is None else {"steps": args.steps}),
     }
 
 def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
+    width = DSparkConfig.width if args.hidden_size is None else args.hidden_size
     config = DSparkConfig.for_target(
         target_config,
-        width=args.hidden_size,
+        width=width,
         layers=args.layers,
-        heads=max(1, args.hidden_size // 32),
+        heads=max(1, width // 32),
         positions=args.positions,
         markov_rank=0 if args.no_markov else args.markov_rank,
     )
     settings = DSparkSettings(
-        config=config, anchors=args.anchors, vocab_size=args.vocab_size, weights=args.weights,
+        config=config, anchors=args.anchors, objective=args.objective, vocab_size=args.vocab_size, weights=args.weights,
         autocast=resolve_autocast(args.precision), **_shared(args),
     )
     print(f"wrote the DSpark drafter to {distill_dspark(settings)}")

@@ -21,7 +21,7 @@ import itertools
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -42,6 +42,8 @@ from jev.train.drafter import DistillSettings, frequent_tokens
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.provenance import git_commit
 
+OBJECTIVES = ("kl", "tv", "kl+tv")
+
 
 @dataclass(kw_only=True)
 class DSparkSettings(DistillSettings):
@@ -49,9 +51,10 @@ class DSparkSettings(DistillSettings):
     per text block and step, `calibration_stride` the spacing of held-out anchors, `vocab_size` the
     most frequent training tokens it drafts over (`jev.generate.drafters.vocabulary`; the target's
     vocabulary size or more: all of it). It trains against the whole vocabulary; the vocabulary is
-    fixed before its confidence head is calibrated."""
+    fixed before its confidence head is calibrated. The default steps are the shipped drafter's."""
 
     config: DSparkConfig
+    steps: int = 1500
     anchors: int = 16
     vocab_size: int = 8192
     calibration_blocks: int = 64
@@ -60,12 +63,17 @@ class DSparkSettings(DistillSettings):
     # bfloat16 autocast for the steps (None: where the CPU computes in bfloat16 natively).
     weights: Weights = "auto"
     autocast: bool | None = None
+    # What the drafted distributions are trained by: KL(p || q), the total variation 1 - sum min(p, q)
+    # (the chance the accept rule rejects a draft at T = 1), or their sum.
+    objective: Literal["kl", "tv", "kl+tv"] = "kl"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("anchors", "calibration_blocks", "calibration_stride", "vocab_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.block_size <= self.config.positions:
             raise ValueError(
                 f"block_size ({self.block_size}) must exceed the positions drafted ({self.config.positions})"
@@ -121,8 +129,8 @@ def dspark_loss(
     hidden: torch.Tensor,
     anchors: int,
     generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """KL(p_target || q) and the confidence head's loss over random anchors of `inputs [B, T]`, and
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """KL(p_target || q), TV(p_target, q), the confidence head's loss over random anchors of `inputs [B, T]`, and
     the label c* `[positions]` (mean acceptance per drafted position, T = 1).
 
     `hidden [B, T, D]` is the target's final hidden states over `inputs`; `lm_head` and `embed` are its
@@ -139,9 +147,10 @@ def dspark_loss(
     logits, acceptance = head(hidden[rows, starts - 1].flatten(0, 1), embed(previous), lm_head)
     q_log = F.log_softmax(logits.float(), dim=-1)
     kl = (p * (p_log - q_log)).sum(-1).mean()
-    label = torch.minimum(p, q_log.detach().exp()).sum(-1).clamp(0, 1)
+    overlap = torch.minimum(p, q_log.exp()).sum(-1)
+    label = overlap.detach().clamp(0, 1)
     confidence = F.binary_cross_entropy_with_logits(acceptance.float(), label)
-    return kl, confidence, label.mean(0)
+    return kl, 1 - overlap.mean(), confidence, label.mean(0)
 
 
 @torch.no_grad()
@@ -230,8 +239,11 @@ def distill_dspark(settings: DSparkSettings) -> Path:
         blocks, hidden = states.step(step)
         inputs = data.train[blocks, :-1].long()
         with bfloat16_autocast(autocast):
-            kl, confidence, label = dspark_loss(head, lm_head, embed, inputs, hidden, settings.anchors, generator)
-        (kl + confidence).backward()
+            kl, tv, confidence, label = dspark_loss(
+                head, lm_head, embed, inputs, hidden, settings.anchors, generator
+            )
+        distill = {"kl": kl, "tv": tv, "kl+tv": kl + tv}[settings.objective]
+        (distill + confidence).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -285,6 +297,7 @@ def _provenance(
         "seed": settings.seed,
         "weights": settings.weights,
         "autocast": settings.autocast,
+        "objective": settings.objective,
         "first_kl": losses[0],
         "final_kl": recent_kl(losses),
         "kl_by_tenth": kl_by_tenth(losses),

@@ -45,15 +45,16 @@ WEIGHTS_FILE = "dspark.safetensors"
 @dataclass(frozen=True)
 class DSparkConfig:
     """The drafter's shape. `hidden_size` and `vocab_size` are the target's; `positions` is the most
-    tokens one pass drafts (the largest `draft_len` it serves); `markov_rank` 0 means no Markov head."""
+    tokens one pass drafts (the largest `draft_len` it serves); `markov_rank` 0 means no Markov head.
+    The defaults are the shipped drafter's shape (`make default-model`)."""
 
     hidden_size: int
     vocab_size: int
-    width: int = 128
+    width: int = 256
     layers: int = 1
-    heads: int = 4
+    heads: int = 8
     positions: int = 7
-    markov_rank: int = 32
+    markov_rank: int = 128
     rms_norm_eps: float = 1e-6
 
     @classmethod
