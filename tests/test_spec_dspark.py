@@ -552,10 +552,11 @@ def test_kl_by_tenth_averages_each_tenth_of_the_steps() -> None:
 
 
 def test_the_commands_defaults_are_the_shipped_drafters_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`jev train drafter` with no kind or shape trains what `models/default/drafter` records it was
-    trained as: a user's own drafter starts from the recipe that ships."""
+    """`jev train drafter` with no kind or shape trains what `models/default/drafter` records its first
+    stage was trained as (the KL run its TV steps started from): a user's own drafter starts from the
+    recipe that ships."""
     root = Path(__file__).resolve().parent.parent
-    shipped = json.loads((root / "models" / "default" / "drafter" / "drafter.json").read_text())
+    shipped = json.loads((root / "models" / "default" / "drafter" / "drafter.json").read_text())["init"]["trained"]
     built: list = []
     monkeypatch.setattr("jev.train.cli.distill_dspark", lambda settings: built.append(settings) or settings.out)
     args = build_parser().parse_args(
@@ -581,3 +582,23 @@ def test_training_by_the_rejection_chance_keeps_more_drafts_than_by_kl(trained: 
     assert by_tv["objective"] == objective and by_kl["objective"] == "kl"
     overlap = [sum(run["train_acceptance_by_position_t1"]) for run in (by_kl, by_tv)]
     assert overlap[1] > overlap[0] + 0.03, overlap
+
+
+@pytest.mark.slow
+def test_a_run_can_start_from_a_trained_drafter(trained: Path) -> None:
+    """`--init` starts from the KL run's weights: its first steps' KL is near where that run ended,
+    not where a random drafter starts; and it records the run it started from."""
+    args = train_args(trained, "continued", "--init", str(trained / "spark"), "--objective", "tv", "--steps", "5")
+    assert args.func(args) == 0
+    before, after = (json.loads((trained / name / "drafter.json").read_text()) for name in ("spark", "continued"))
+    assert after["first_kl"] < 2 * before["final_kl"] < before["first_kl"]
+    assert after["init"] == {"folder": str(trained / "spark"), "trained": before}
+
+
+def test_a_drafter_of_another_shape_is_refused_as_a_start(trained: Path) -> None:
+    args = train_args(trained, "other", "--init", str(trained / "spark"), "--markov-rank", "8")
+    with pytest.raises(JevError, match=r"holds a drafter of shape .*markov_rank=16.*the options give .*markov_rank=8"):
+        args.func(args)
+    args = train_args(trained, "other", "--init", str(trained / "target"))
+    with pytest.raises(JevError, match="not a DSpark drafter folder"):
+        args.func(args)

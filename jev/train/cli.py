@@ -13,7 +13,8 @@ from typing import Any
 from jev.command import MODEL_HELP, add_weights_option, model_folder
 from jev.data.examples import ROW_FORMAT
 from jev.decide.prompt import RENDERINGS
-from jev.generate.drafters.dspark import DSparkConfig
+from jev.generate.drafters import drafter_kind
+from jev.generate.drafters.dspark import DSparkConfig, saved_config
 from jev.model import ModelConfig
 from jev.model.precision import PRECISIONS, resolve_autocast
 from jev.schema import JevError, load_task
@@ -243,6 +244,11 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
         "TV(p, q), or by their sum (default: %(default)s)",
     )
     parser.add_argument(
+        "--init", type=Path, default=None,
+        help="(dspark) a DSpark drafter folder to start from, of the shape the options give: to go on training "
+        "it, by another --objective or on other text (default: random weights)",
+    )
+    parser.add_argument(
         "--anchors", type=int, default=dspark.anchors,
         help="(dspark) drafted blocks trained per text block and step (default: %(default)s)",
     )
@@ -285,8 +291,8 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
 _KIND_OPTIONS = {
     "autoregressive": {"layers", "hidden_size"},
     "dspark": {
-        "layers", "hidden_size", "positions", "markov_rank", "no_markov", "objective", "anchors", "vocab_size",
-        "weights", "precision",
+        "layers", "hidden_size", "positions", "markov_rank", "no_markov", "objective", "init", "anchors",
+        "vocab_size", "weights", "precision",
     },
     "eagle": {"vocab_size", "feature_weight", "weights", "precision"},
 }
@@ -332,9 +338,14 @@ def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
         positions=args.positions,
         markov_rank=0 if args.no_markov else args.markov_rank,
     )
+    if args.init is not None:
+        if drafter_kind(args.init) != "dspark":
+            raise JevError(f"--init {args.init}: not a DSpark drafter folder")
+        if (shape := saved_config(args.init)) != config:
+            raise JevError(f"--init {args.init} holds a drafter of shape {shape}; the options give {config}")
     settings = DSparkSettings(
-        config=config, anchors=args.anchors, objective=args.objective, vocab_size=args.vocab_size, weights=args.weights,
-        autocast=resolve_autocast(args.precision), **_shared(args),
+        config=config, anchors=args.anchors, objective=args.objective, init=args.init, vocab_size=args.vocab_size,
+        weights=args.weights, autocast=resolve_autocast(args.precision), **_shared(args),
     )
     print(f"wrote the DSpark drafter to {distill_dspark(settings)}")
     return 0

@@ -5,7 +5,8 @@ final hidden states are kept (bfloat16 under autocast): a step then runs only th
 target's LM head, not the target's layers, and a block read again in a later epoch costs no more.
 Each step picks `anchors` positions i per block of its batch. From the target's hidden state at
 i - 1 and token t_i the drafter predicts positions i + 1 .. i + K; position j is trained towards the
-target's own distribution there by KL(p_target || q_drafter), with the text's t_{i+j-1} as the
+target's own distribution there (`objective`: by KL(p_target || q_drafter), by TV(p, q), the chance
+the accept rule rejects the draft at T = 1, or by their sum), with the text's t_{i+j-1} as the
 Markov head's previous token (teacher forcing, as the AR drafter reads the text). The confidence
 head learns, by binary cross-entropy, DSpark's label c* = sum_v min(p, q) = 1 - TV(p, q), the chance
 position j is accepted when the ones before it were.
@@ -18,6 +19,7 @@ drafter as plain numbers.
 """
 
 import itertools
+import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -32,7 +34,8 @@ from tqdm import tqdm
 from jev.calibration.calibrators import IsotonicCalibration
 from jev.calibration.metrics import equal_width_bins
 from jev.generate.accept import SamplingSettings, accept_ratio, warp
-from jev.generate.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
+from jev.generate.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead, saved_weights
+from jev.generate.drafters.protocol import DRAFTER_FILE
 from jev.model import Model
 from jev.model.precision import bfloat16_autocast, native_bfloat16
 from jev.model.weights import Weights, store_weights
@@ -66,6 +69,9 @@ class DSparkSettings(DistillSettings):
     # What the drafted distributions are trained by: KL(p || q), the total variation 1 - sum min(p, q)
     # (the chance the accept rule rejects a draft at T = 1), or their sum.
     objective: Literal["kl", "tv", "kl+tv"] = "kl"
+    # A DSpark drafter folder of this shape whose weights the run starts from (None: random), to
+    # go on training a drafter, by another objective or on other text.
+    init: Path | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -226,7 +232,10 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     states = StepStates.read(target, data, settings, torch.bfloat16 if autocast else torch.float32)
     torch.manual_seed(settings.seed)
     head = DSparkHead(settings.config)
-    init_head(head)
+    if settings.init is None:
+        init_head(head)
+    else:
+        head.load_state_dict(saved_weights(settings.init))
     head.train()
     optimizer = build_optimizer(head, settings.lr, 0.1, (0.9, 0.95))
     generator = torch.Generator().manual_seed(settings.seed)
@@ -275,6 +284,11 @@ def kl_by_tenth(losses: list[float]) -> list[float]:
     return [sum(losses[a:b]) / (b - a) for a, b in itertools.pairwise(bounds)]
 
 
+def _trained(folder: Path) -> dict[str, Any]:
+    """What the drafter a run starts from recorded of its own training."""
+    return json.loads((Path(folder) / DRAFTER_FILE).read_text())
+
+
 def _provenance(
     settings: DSparkSettings,
     losses: list[float],
@@ -298,6 +312,7 @@ def _provenance(
         "weights": settings.weights,
         "autocast": settings.autocast,
         "objective": settings.objective,
+        "init": None if settings.init is None else {"folder": str(settings.init), "trained": _trained(settings.init)},
         "first_kl": losses[0],
         "final_kl": recent_kl(losses),
         "kl_by_tenth": kl_by_tenth(losses),

@@ -185,7 +185,7 @@ class DSparkDrafter:
         path = Path(path)
         saved = json.loads((path / CONFIG_FILE).read_text())
         head = DSparkHead(DSparkConfig(**saved["config"]))
-        head.load_state_dict(read_safetensors(path / WEIGHTS_FILE))
+        head.load_state_dict(saved_weights(path))
         calibration, vocab = saved.get("survival_calibration"), saved.get("vocab")
         return cls(
             head.to(target.device, target.dtype),
@@ -277,6 +277,16 @@ class DSparkDrafter:
         mapped = self.calibration.predict_proba(raw.detach().cpu().numpy().astype(np.float64).ravel())
         mapped = torch.as_tensor(mapped, dtype=raw.dtype).view(raw.shape).to(raw.device)
         return mapped.cummin(dim=1).values
+
+
+def saved_config(path: str | Path) -> DSparkConfig:
+    """The shape of the drafter a folder written by `DSparkDrafter.save` holds."""
+    return DSparkConfig(**json.loads((Path(path) / CONFIG_FILE).read_text())["config"])
+
+
+def saved_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The head's weights in a drafter folder, unpacked where `jev pack` stored them as Q8_0."""
+    return read_safetensors(Path(path) / WEIGHTS_FILE)
 
 
 def _last_real(states: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
