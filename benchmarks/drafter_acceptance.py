@@ -20,6 +20,7 @@ T = 1 each draft is kept with its chance (the text itself stays the target's sam
 import argparse
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from benchmarks.report import write_results
@@ -80,18 +81,19 @@ def chances(
 
 
 def rounds_tau(
-    held: torch.Tensor, inside: torch.Tensor, k: int, draws: int, generator: torch.Generator
+    held: torch.Tensor, inside: torch.Tensor, k: int, rng: np.random.Generator | None = None, draws: int = 1
 ) -> tuple[int, int]:
     """Decode one text in rounds of k drafts from its first token: a round at anchor a keeps drafts
-    while they hold (greedy: `held` is 0/1, exact; T = 1: each holds with its chance, drawn `draws`
-    times) and adds the bonus token, and the next round starts after them. -> (tokens, rounds)."""
+    while they hold and adds the bonus token, and the next round starts after them. Greedy (`rng`
+    None), `held` is 0/1 and the rounds are exact; at T = 1 each draft holds with its chance, drawn
+    `draws` times with `rng`. -> (tokens, rounds) over the draws."""
+    chance = (held[:, :k] * inside[:, :k]).numpy()
     tokens = rounds = 0
     for _ in range(draws):
         anchor = 0
-        while anchor < len(held):
-            chance = held[anchor, :k] * inside[anchor, :k]
-            kept = chance if draws == 1 else (torch.rand(k, generator=generator, dtype=torch.float64) < chance)
-            accepted = int(kept.cumprod(0).sum())
+        while anchor < len(chance):
+            kept = chance[anchor] > (0.5 if rng is None else rng.random(k))
+            accepted = k if kept.all() else int(kept.argmin())
             tokens, rounds, anchor = tokens + accepted + 1, rounds + 1, anchor + accepted + 1
     return tokens, rounds
 
@@ -118,18 +120,18 @@ def main() -> None:
     subjects, stop = subject_prompts(decider, args.data, count)
     bos = model.config.bos_token_id
     bodies = mail_prompts(args.data, load_tokenizer(args.model), bos, count, BODY_TOKENS)
-    generator = torch.Generator().manual_seed(0)
+    rng = np.random.default_rng(0)
     results, lines = {}, []
     for region, prompts, ends in (("subject", subjects, stop), ("body", bodies, frozenset())):
         for temperature in (1.0, 0.0):
             spans = written(model, prompts, temperature, ends)
             parts = [chances(model, drafters, *span, greedy=temperature == 0) for span in spans]
-            draws = 1 if temperature == 0 else DRAWS
+            sampled = (rng, DRAWS) if temperature else (None, 1)
             for d, folder in enumerate(folders):
                 first = float(torch.cat([held[d][:, 0] for held, _ in parts]).mean())
                 tau = {}
                 for k in DRAFT_LENS:
-                    counts = [rounds_tau(held[d], inside, k, draws, generator) for held, inside in parts]
+                    counts = [rounds_tau(held[d], inside, k, *sampled) for held, inside in parts]
                     tau[k] = sum(t for t, _ in counts) / sum(r for _, r in counts)
                 results[f"{folder}:{region}:T={temperature:g}"] = {"anchors": sum(len(h[d]) for h, _ in parts),
                                                                    "first_draft": first, "tau": tau}

@@ -21,7 +21,7 @@ def test_greedy_rounds_equal_speculative_decodings(k: int, vocab: list[int] | No
     for prompt in PROMPTS:
         text = generate(target, [prompt], NEW, temperature=0.0).tokens[0]
         held, inside = chances(target, [spark], prompt + text, len(prompt), len(prompt) + len(text) - 1, greedy=True)
-        tokens, rounds = rounds_tau(held[0], inside, k, 1, torch.Generator())
+        tokens, rounds = rounds_tau(held[0], inside, k)
         served = generate(target, [prompt], NEW, temperature=0.0, drafter=spark, draft_len=k)
         assert served.tokens[0] == text
         # The served decoding's first round is the prompt's pass, which writes the first token undrafted.
