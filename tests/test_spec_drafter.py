@@ -31,6 +31,8 @@ def test_drafter_command_distils_and_the_result_drafts(tmp_path: Path) -> None:
         [
             "train",
             "drafter",
+            "--kind",
+            "autoregressive",
             "--target",
             str(tmp_path / "target"),
             "--corpus",
