@@ -66,7 +66,8 @@ def chances(
     anchors = torch.arange(first, last)
     offsets = (anchors.unsqueeze(1) + torch.arange(k)).clamp(max=len(ids) - 1)
     inside = anchors.unsqueeze(1) + torch.arange(k) + 1 <= last
-    p = torch.softmax(model.lm_head(hidden[offsets].flatten(0, 1)).float(), dim=-1)
+    # Each position's p once; a position is drafted from up to k anchors.
+    p = torch.softmax(model.lm_head(hidden[first:]).float(), dim=-1)[(offsets - first).flatten()]
     previous = model.embed(tokens[0, offsets])
     measured = []
     for drafter in drafters:
