@@ -18,7 +18,7 @@ from jev.generate.drafters.dspark import DSparkConfig, saved_config
 from jev.model import ModelConfig
 from jev.model.precision import PRECISIONS, resolve_autocast
 from jev.schema import JevError, load_task
-from jev.train.answer_corpus import AnswerDocuments
+from jev.train.answer_corpus import AnswerDocuments, OwnAnswers
 from jev.train.drafter import DrafterSettings, distill, drafter_config
 from jev.train.dspark import OBJECTIVES, DSparkSettings, distill_dspark
 from jev.train.eagle import EagleSettings, distill_eagle
@@ -217,6 +217,12 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="module:NAME: read the --corpus JSONL rows as this task's inputs followed by their JSON answers",
     )
+    parser.add_argument(
+        "--own-answers", type=int, default=0, metavar="ROWS",
+        help="with --task: the target answers the first ROWS rows itself, as `jev decide` does (closed values "
+        "decided, text fields written greedily), and the drafter trains on those answers, the text it drafts on, "
+        "instead of the labelled rows (default: %(default)s, the labels)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="drafter folder to write, e.g. models/default/drafter")
     parser.add_argument(
         "--layers", type=int, default=1,
@@ -304,7 +310,13 @@ def _run_drafter(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         flags = ", ".join("--" + dest.replace("_", "-") for dest in foreign)
         raise JevError(f"{flags}: not options of --kind {args.kind}")
     target_config = ModelConfig.load(args.target)
-    if args.task:
+    if args.own_answers < 0:
+        raise JevError(f"--own-answers {args.own_answers}: a number of rows, 0 or more")
+    if args.own_answers and not args.task:
+        raise JevError("--own-answers: the target answers a task's rows: name the task with --task")
+    if args.task and args.own_answers:
+        args.corpus = OwnAnswers(args.task, args.corpus, args.target, args.own_answers, args.weights)
+    elif args.task:
         args.corpus = AnswerDocuments(args.task, args.corpus)
     if args.kind == "dspark":
         return _run_dspark(args, target_config)

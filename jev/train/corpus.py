@@ -40,9 +40,11 @@ def corpus_files(paths: Sequence[str | Path]) -> list[Path]:
 
 
 def describe_source(source: TextSource) -> str | list[str]:
-    """How provenance records a source: its paths, or the callable's qualified name."""
+    """How provenance records a source: its paths, a function's qualified name, or an object's repr."""
     if callable(source):
-        return f"callable {getattr(source, '__module__', '?')}.{getattr(source, '__qualname__', repr(source))}"
+        if hasattr(source, "__qualname__"):
+            return f"callable {source.__module__}.{source.__qualname__}"
+        return repr(source)
     return [str(p) for p in source]
 
 
