@@ -1,6 +1,7 @@
 """Text fields: the answer's JSON and tokens, and generation continuing the decision pass's cache."""
 
 import json
+import random
 
 import pytest
 import torch
@@ -51,6 +52,23 @@ def test_answer_text_is_the_models_json_in_field_order() -> None:
     order = [s.field for s in answer_segments(spec, values) if s.field]
     assert order == [f.name for f in spec.closed_fields] + [f.name for f in spec.text_fields]
     assert parse_text(text_content('a "b" \\ c')) == 'a "b" \\ c'
+
+
+def test_any_content_the_model_writes_parses_to_text_that_encodes() -> None:
+    for text in ['a "b" \\ c', "tab\there\n", "\\\\", "😀 ü", "a\\u00e9"]:
+        assert parse_text(text_content(text)) == text
+    assert parse_text("C:\\Users\\ \\") == "C:\\Users\\ ", "invalid escapes kept, the dangling one dropped"
+    assert parse_text("a\\\\\\") == "a\\", "an escaped backslash, then a dangling one"
+    assert parse_text("line\nbreak") == "line\nbreak", "a raw control character passes"
+    assert parse_text("x\\ud800y") == "x\ufffdy" and parse_text("\\ud83d\\ude00") == "😀"
+    assert parse_text("\\u12") == "\\u12"
+    rng, pieces = random.Random(0), ["\\", "u", "d", "8", "0", "n", "a", " ", "\n", "/"]
+    for _ in range(3000):
+        content = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        text = parse_text(content)
+        text.encode("utf-8")
+        if "\\" not in content:
+            assert text == content
 
 
 def test_text_inside_a_reopened_nested_model_is_refused() -> None:

@@ -19,6 +19,7 @@ as arrays in label order.
 """
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,12 +63,20 @@ def is_text_end(token_text: str) -> bool:
     return '"' in token_text
 
 
+# A backslash and the escape it starts, if it starts a valid one.
+_ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})?')
+
+
 def parse_text(content: str) -> str:
-    """A generated content segment back to the text it spells (a dangling backslash is dropped)."""
-    try:
-        return json.loads('"' + content + '"')
-    except json.JSONDecodeError:
-        return json.loads('"' + content.rstrip("\\") + '"') if content.endswith("\\") else content
+    """A generated content segment back to the text it spells. The model may write what JSON refuses,
+    and a decision must still be answered: a backslash that starts no valid escape is kept as written,
+    one left dangling at the end (its escape cut off by the closing quote) is dropped, control
+    characters pass, and a lone surrogate becomes U+FFFD so the answer can be encoded."""
+    if (len(content) - len(content.rstrip("\\"))) % 2:
+        content = content[:-1]
+    escaped = _ESCAPE.sub(lambda m: m.group(0) if m.group(1) else "\\\\", content)
+    text = json.loads('"' + escaped + '"', strict=False)
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def answer_segments(spec: DecisionSpec, values: Mapping[str, Any]) -> list[Segment]:
