@@ -86,7 +86,7 @@ bench-generate: $(STAMP) $(DATA)/mail/test.jsonl
 # a rank-128 Markov head through the target's embedding, 1500 steps by KL), then 300 more steps
 # by the rejection chance at T = 1 (TV) on the model's own answers to the first 2000 training
 # mails, and packed too. About 64 minutes on a Zen 5 EPYC's 2 cores (docs/training.md); the
-# drafter about 42 more on the EPYC, then 12 on the Xeon.
+# drafter's two stages 38 + 13 more on the Xeon (2026-12-06).
 FROZEN_LAYERS ?= 27
 TASKS  := --task schemas.mail:TASK --data $(DATA)/mail/train.jsonl --valid $(DATA)/mail/valid.jsonl \
 	--task schemas.chat:TASK --data $(DATA)/chat/train.jsonl --valid $(DATA)/chat/valid.jsonl
