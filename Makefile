@@ -85,8 +85,9 @@ bench-generate: $(STAMP) $(DATA)/mail/test.jsonl
 # distilled from the packed model on the mail answers by the command's defaults (DSpark, width 256,
 # a rank-128 Markov head through the target's embedding, 1500 steps by KL), then 300 more steps
 # by the rejection chance at T = 1 (TV) on the model's own answers to the first 2000 training
-# mails, and packed too. About 64 minutes on a Zen 5 EPYC's 2 cores (docs/training.md); the
-# drafter's two stages 38 + 13 more on the Xeon (2026-12-06).
+# mails, and packed too. Training takes about 64 minutes on a Zen 5 EPYC's 2 cores and 33 on an
+# Intel Xeon with AMX, packing and calibration 4 more there, the drafter's two stages 38 + 13
+# (2026-12-06, docs/training.md).
 FROZEN_LAYERS ?= 27
 TASKS  := --task schemas.mail:TASK --data $(DATA)/mail/train.jsonl --valid $(DATA)/mail/valid.jsonl \
 	--task schemas.chat:TASK --data $(DATA)/chat/train.jsonl --valid $(DATA)/chat/valid.jsonl
