@@ -11,15 +11,17 @@ For each batch size, plain decoding, every fixed draft length and the load-aware
 generate up to `--new-tokens` per prompt (each batch going on over its active sequences alone once
 half of them have finished, as `generate` does; "plain, whole batch" is plain decoding without that,
 every pass over the whole batch), over `ceil(--min-prompts / batch)` disjoint groups of
-`batch` prompts decoded one group after another, so that a small batch is not one mail's few
-tokens (a subject line is 5-15). The scheduler first serves one batch of 32 other
-held-out prompts, as a running service's scheduler has seen traffic (it learns round costs and
-realised acceptance). Reported:
+`batch` prompts decoded one group after another (at least `--min-groups`), so that a small batch
+is not one mail's few tokens (a subject line is 5-15) and a large one is not one group's draw.
+The scheduler first serves one batch of 32 other held-out prompts, as a running service's
+scheduler has seen traffic (it learns round costs and realised acceptance). Reported:
 
 - tau: mean accepted length per target pass per sequence, the bonus/correction token COUNTED
   (so plain decoding is 1.0); and the i.i.d. prediction `(1 - a^(k+1)) / (1 - a)` from the
   measured acceptance rate a = accepted / verified;
-- conditional acceptance per draft position (position j accepted given 1..j-1 accepted);
+- conditional acceptance per draft position (position j accepted given it was verified and 1..j-1
+  were accepted); the results file also holds the survival per position (1..j all accepted given j
+  was verified), whose sum at a fixed length is the drafts accepted per round;
 - c: one drafter pass's time relative to one target verify pass;
 - tokens/s (all sequences together), and speedup over plain decoding at the same batch size. The
   machine's speed drifts by more than the differences measured, so every policy decodes a group
@@ -147,6 +149,7 @@ def measures(decoded: list[tuple[float, int, GenerationStats]], draft_len: int, 
         "tau_with_bonus": s.mean_accepted_length,
         "acceptance_rate": rate,
         "conditional_acceptance": s.conditional_acceptance,
+        "survival": s.survival,
         "target_passes": s.target_passes,
         "verified_per_round": s.verified / s.rounds if s.rounds else 0.0,
         "ms_per_round": 1e3 * wall / max(s.target_passes, 1),
@@ -185,6 +188,7 @@ def main() -> None:
     parser.add_argument(
         "--min-prompts", type=int, default=16, help="each batch size decodes ceil(this / batch) groups of prompts"
     )
+    parser.add_argument("--min-groups", type=int, default=1, help="and at least this many groups")
     parser.add_argument("--draft-lens", type=int, nargs="+", default=[1, 2, 3, 4, 5, 7])
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--prompts", choices=("body", "subject"), default="body")
@@ -193,7 +197,7 @@ def main() -> None:
     parser.add_argument("--name", default="speculative", help="the results file and docs section to write")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
-    groups_of = {batch: math.ceil(args.min_prompts / batch) for batch in args.batches}
+    groups_of = {batch: max(math.ceil(args.min_prompts / batch), args.min_groups) for batch in args.batches}
     needed = max(batch * groups_of[batch] for batch in args.batches)
 
     if args.prompts == "subject":

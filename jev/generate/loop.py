@@ -74,9 +74,11 @@ class Randomness:
 class GenerationStats:
     """Counters of one `generate` call.
 
-    rounds: sequence-rounds (one per active sequence per target pass). verified_at[j] / accepted_at[j]:
-    how often draft position j + 1 was verified / accepted. Accepted lengths count the bonus or
-    correction token: `mean_accepted_length = (accepted + rounds) / rounds`.
+    rounds: sequence-rounds (one per active sequence per target pass). Per draft position j + 1:
+    verified_at[j], how often it was verified; reached_at[j], how often it was verified with every
+    draft before it accepted; accepted_at[j], how often it was accepted (and so every draft before
+    it). Accepted lengths count the bonus or correction token: `mean_accepted_length = (accepted +
+    rounds) / rounds`.
     """
 
     target_passes: int = 0
@@ -87,6 +89,7 @@ class GenerationStats:
     accepted: int = 0
     bonus: int = 0
     verified_at: list[int] = field(default_factory=list)
+    reached_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -97,20 +100,31 @@ class GenerationStats:
         return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
 
     @property
+    def survival(self) -> list[float]:
+        """P(drafts 1..j all accepted | j verified), per draft position: at a fixed draft length these
+        sum to the drafts accepted per round."""
+        return _ratios(self.accepted_at, self.verified_at)
+
+    @property
     def conditional_acceptance(self) -> list[float]:
-        """P(position j accepted | positions < j accepted and j verified), per draft position."""
-        return [a / v if v else float("nan") for a, v in zip(self.accepted_at, self.verified_at, strict=True)]
+        """P(draft j accepted | j verified and drafts 1..j-1 accepted), per draft position."""
+        return _ratios(self.accepted_at, self.reached_at)
 
     def count_positions(self, n_verified: torch.Tensor, n_accepted: torch.Tensor, width: int) -> None:
-        grow = width - len(self.verified_at)
-        self.verified_at += [0] * max(grow, 0)
-        self.accepted_at += [0] * max(grow, 0)
+        grow = max(width - len(self.verified_at), 0)
+        for counts in (self.verified_at, self.reached_at, self.accepted_at):
+            counts += [0] * grow
         positions = torch.arange(width).view(1, -1)
-        verified = (positions < n_verified.view(-1, 1)).sum(0).tolist()
-        accepted = (positions < n_accepted.view(-1, 1)).sum(0).tolist()
-        for j in range(width):
-            self.verified_at[j] += verified[j]
-            self.accepted_at[j] += accepted[j]
+        verified = positions < n_verified.view(-1, 1)
+        counted = (verified, verified & (positions <= n_accepted.view(-1, 1)), positions < n_accepted.view(-1, 1))
+        for counts, hits in zip((self.verified_at, self.reached_at, self.accepted_at), counted, strict=True):
+            for j, n in enumerate(hits.sum(0).tolist()):
+                counts[j] += n
+
+
+def _ratios(hits: list[int], trials: list[int]) -> list[float]:
+    """hits / trials per position, NaN where there were no trials."""
+    return [h / t if t else float("nan") for h, t in zip(hits, trials, strict=True)]
 
 
 @dataclass
