@@ -3,6 +3,7 @@ head's effect, calibration, its folder, and `jev train drafter --kind dspark`.""
 
 import argparse
 import json
+import math
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -29,6 +30,7 @@ from jev.train.dspark import (
     dspark_loss,
     fit_survival_calibration,
     kl_by_tenth,
+    position_weights,
     survival_ece,
     target_states,
 )
@@ -257,9 +259,18 @@ def test_the_loss_reads_the_target_at_each_drafted_position_from_states_kept_onc
         kls.append((p.exp() * (p - q_log)).sum(-1))
         accepted.append(torch.minimum(p.exp(), q_log.exp()).sum(-1))
     # The loss takes its log-softmaxes in float32 (the target here is float64).
-    torch.testing.assert_close(kl.double(), torch.stack(kls).mean(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kl.double(), torch.stack(kls).mean(0), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(label.double(), torch.stack(accepted).mean(0), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(tv.double(), 1 - torch.stack(accepted).mean(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(tv.double(), 1 - torch.stack(accepted).mean(0), rtol=1e-5, atol=1e-6)
+    assert kl.shape == tv.shape == (k,)
+
+
+def test_position_weights_decay_as_dspark_weighs_its_positions() -> None:
+    """exp(-(j - 1) / gamma) scaled to a mean of 1, against the values written out; gamma 0: all alike."""
+    weights = position_weights(3, 4.0)
+    raw = [1.0, math.exp(-0.25), math.exp(-0.5)]
+    torch.testing.assert_close(weights, torch.tensor([w * 3 / sum(raw) for w in raw]))
+    assert position_weights(3, 0.0).tolist() == [1.0, 1.0, 1.0]
 
 
 def test_isotonic_calibration_matches_pool_adjacent_violators() -> None:

@@ -250,6 +250,11 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
         "TV(p, q), or by their sum (default: %(default)s)",
     )
     parser.add_argument(
+        "--position-decay", type=float, default=dspark.position_decay, metavar="GAMMA",
+        help="(dspark) weigh drafted position j's distillation loss by exp(-(j - 1) / GAMMA), as DSpark does "
+        "(GAMMA 4 there); 0: every position alike (default: %(default)s)",
+    )
+    parser.add_argument(
         "--init", type=Path, default=None,
         help="(dspark) a DSpark drafter folder to start from, of the shape the options give: to go on training "
         "it, by another --objective or on other text (default: random weights)",
@@ -297,8 +302,8 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
 _KIND_OPTIONS = {
     "autoregressive": {"layers", "hidden_size"},
     "dspark": {
-        "layers", "hidden_size", "positions", "markov_rank", "no_markov", "objective", "init", "anchors",
-        "vocab_size", "weights", "precision",
+        "layers", "hidden_size", "positions", "markov_rank", "no_markov", "objective", "position_decay", "init",
+        "anchors", "vocab_size", "weights", "precision",
     },
     "eagle": {"vocab_size", "feature_weight", "weights", "precision"},
 }
@@ -356,8 +361,9 @@ def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
         if (shape := saved_config(args.init)) != config:
             raise JevError(f"--init {args.init} holds a drafter of shape {shape}; the options give {config}")
     settings = DSparkSettings(
-        config=config, anchors=args.anchors, objective=args.objective, init=args.init, vocab_size=args.vocab_size,
-        weights=args.weights, autocast=resolve_autocast(args.precision), **_shared(args),
+        config=config, anchors=args.anchors, objective=args.objective, position_decay=args.position_decay,
+        init=args.init, vocab_size=args.vocab_size, weights=args.weights, autocast=resolve_autocast(args.precision),
+        **_shared(args),
     )
     print(f"wrote the DSpark drafter to {distill_dspark(settings)}")
     return 0

@@ -72,12 +72,17 @@ class DSparkSettings(DistillSettings):
     # A DSpark drafter folder of this shape whose weights the run starts from (None: random), to
     # go on training a drafter, by another objective or on other text.
     init: Path | None = None
+    # gamma: drafted position j's distillation loss weighs exp(-(j - 1) / gamma), as DSpark's does
+    # (gamma 4 there): a later draft counts only when every one before it is accepted. 0: alike.
+    position_decay: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("anchors", "calibration_blocks", "calibration_stride", "vocab_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.position_decay < 0:
+            raise ValueError(f"position_decay must be 0 or more, got {self.position_decay}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.block_size <= self.config.positions:
@@ -136,8 +141,9 @@ def dspark_loss(
     anchors: int,
     generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """KL(p_target || q), TV(p_target, q), the confidence head's loss over random anchors of `inputs [B, T]`, and
-    the label c* `[positions]` (mean acceptance per drafted position, T = 1).
+    """KL(p_target || q) and TV(p_target, q) per drafted position `[positions]`, the confidence head's loss
+    over random anchors of `inputs [B, T]`, and the label c* `[positions]` (mean acceptance per drafted
+    position, T = 1).
 
     `hidden [B, T, D]` is the target's final hidden states over `inputs`; `lm_head` and `embed` are its
     head and embeddings, so p_target is `softmax(lm_head(hidden))` at the drafted positions."""
@@ -152,11 +158,19 @@ def dspark_loss(
         p = p_log.exp()
     logits, acceptance = head(hidden[rows, starts - 1].flatten(0, 1), embed(previous), lm_head)
     q_log = F.log_softmax(logits.float(), dim=-1)
-    kl = (p * (p_log - q_log)).sum(-1).mean()
+    kl = (p * (p_log - q_log)).sum(-1).mean(0)
     overlap = torch.minimum(p, q_log.exp()).sum(-1)
     label = overlap.detach().clamp(0, 1)
     confidence = F.binary_cross_entropy_with_logits(acceptance.float(), label)
-    return kl, 1 - overlap.mean(), confidence, label.mean(0)
+    return kl, 1 - overlap.mean(0), confidence, label.mean(0)
+
+
+def position_weights(positions: int, gamma: float) -> torch.Tensor:
+    """`[positions]` exp(-(j - 1) / gamma), scaled to a mean of 1 (the loss keeps its size); ones for gamma 0."""
+    if gamma == 0:
+        return torch.ones(positions)
+    weights = torch.exp(-torch.arange(positions, dtype=torch.float32) / gamma)
+    return weights / weights.mean()
 
 
 @torch.no_grad()
@@ -241,6 +255,7 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     generator = torch.Generator().manual_seed(settings.seed)
     losses: list[float] = []
     acceptance: list[torch.Tensor] = []
+    weights = position_weights(settings.config.positions, settings.position_decay)
     progress = tqdm(range(settings.steps), desc="train drafter", unit="step")
     for step in progress:
         for group in optimizer.param_groups:
@@ -252,11 +267,11 @@ def distill_dspark(settings: DSparkSettings) -> Path:
                 head, lm_head, embed, inputs, hidden, settings.anchors, generator
             )
         distill = {"kl": kl, "tv": tv, "kl+tv": kl + tv}[settings.objective]
-        (distill + confidence).backward()
+        ((weights * distill).mean() + confidence).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(float(kl.detach()))
+        losses.append(float(kl.detach().mean()))
         acceptance.append(label)
         if step % 10 == 0:
             progress.set_postfix(kl=f"{recent_kl(losses):.3f}")
@@ -312,6 +327,7 @@ def _provenance(
         "weights": settings.weights,
         "autocast": settings.autocast,
         "objective": settings.objective,
+        "position_decay": settings.position_decay,
         "init": None if settings.init is None else {"folder": str(settings.init), "trained": _trained(settings.init)},
         "first_kl": losses[0],
         "final_kl": recent_kl(losses),
