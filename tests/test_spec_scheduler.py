@@ -156,8 +156,8 @@ def measured(
 ) -> LoadAwareScheduler:
     """A scheduler on a flat profile (1 pass/s) that has measured rounds like these (drafting as deep
     as `survival`, at `draft_seconds_per_token` a token; rounds of `rows` sequences taking
-    `round_ratio` times their pass), its first draft verified MIN_OUTCOMES times and accepted at
-    the drafter's estimate at every position."""
+    `round_ratio` times their pass), every position verified MIN_OUTCOMES times and accepted at the
+    drafter's estimate."""
     scheduler = holding(LoadAwareScheduler(flat_then_linear(1000)), survival)
     if draft_seconds_per_token:
         scheduler.draft_seconds = {rows: {len(survival): len(survival) * draft_seconds_per_token}}

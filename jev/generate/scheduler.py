@@ -343,12 +343,11 @@ class LoadAwareScheduler:
 
     def _optimistic(self, survival: list[float]) -> list[float]:
         """`survival` with every position after the first that is not yet measured assumed to hold
-        whenever the one before it held. A drafter's claims for its later drafts can run far below
-        what holds (the shipped drafter's, on greedy subject lines: about a tenth where six in ten
-        held, 2026-12-06), and a position never verified is never measured: the scheduler then
-        verified one draft a round on bodies where three paid more. So each later position is
-        verified where it would pay at the rate of the one before, until MIN_OUTCOMES verifications
-        measure it: a few rounds, once."""
+        whenever the one before it held. On the drafter's own claims for them, a position never
+        verified was never measured: at one sequence the scheduler verified about one draft a round
+        on body continuations where three paid more (2026-12-06, `docs/benchmarks.md`). So each
+        later position is verified where it would pay at the rate of the one before, until
+        MIN_OUTCOMES verifications measure it: a few rounds, once."""
         out = list(survival)
         for j in range(1, len(out)):
             if not self._measured(j):

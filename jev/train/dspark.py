@@ -72,7 +72,7 @@ class DSparkSettings(DistillSettings):
     # A DSpark drafter folder of this shape whose weights the run starts from (None: random), to
     # go on training a drafter, by another objective or on other text.
     init: Path | None = None
-    # gamma: drafted position j's distillation loss weighs exp(-(j - 1) / gamma), as DSpark's does
+    # gamma: drafted position j's distillation loss weighs exp(-(j - 1) / gamma), as in DSpark's loss
     # (gamma 4 there): a later draft counts only when every one before it is accepted. 0: alike.
     position_decay: float = 0.0
 
