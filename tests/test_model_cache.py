@@ -117,3 +117,44 @@ def test_cache_holds_only_latent_rope_key_and_indexer_key_and_the_keys_only_wher
         model(IDS[:2, :6], cache=keyless)
         with model.selecting(4), pytest.raises(ValueError, match="without indexer keys"):
             model(IDS[:2, 6:7], cache=keyless)
+
+
+def _layer_outputs(model, ids, **pass_options):
+    """A pass's states, and every decoder layer's output in it, caught by forward hooks (the reference
+    for taps)."""
+    seen = {}
+    hooks = [
+        layer.register_forward_hook(lambda module, args, out, i=i: seen.__setitem__(i, out))
+        for i, layer in enumerate(model.backbone.layers)
+    ]
+    try:
+        result = model.hidden_states(ids, **pass_options)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return result, seen
+
+
+@torch.no_grad()
+def test_tapped_states_are_the_final_states_then_each_tapped_layers_output():
+    """Fresh and cached passes: `taps` appends the named layers' outputs, as hooks on them see them, to
+    exactly the states the pass gives without taps, and leaves the cache as that pass does."""
+    model = random_model(tiny_config(num_hidden_layers=3, index_topk=24))
+    ids = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    lengths = torch.tensor([9, 6])
+    width = model.config.hidden_size
+    plain_cache, tapped_cache = model.new_cache(2, 16), model.new_cache(2, 16)
+    for cut in (slice(0, 6), slice(6, 9)):  # a prompt pass, then a pass that extends the cache
+        part = torch.clamp(lengths - cut.start, 0, cut.stop - cut.start)
+        want = model.hidden_states(ids[:, cut], cache=plain_cache, lengths=part)
+        got, seen = _layer_outputs(model, ids[:, cut], cache=tapped_cache, lengths=part, taps=(0, 1))
+        assert got.shape == (2, cut.stop - cut.start, 3 * width)
+        assert torch.equal(got[..., :width], want)
+        assert torch.equal(got[..., width : 2 * width], seen[0]) and torch.equal(got[..., 2 * width :], seen[1])
+        assert torch.equal(tapped_cache.latent, plain_cache.latent)
+        assert torch.equal(tapped_cache.lengths, plain_cache.lengths)
+    assert torch.equal(model.hidden_states(ids), model.hidden_states(ids, taps=(1,))[..., :width])
+    with pytest.raises(ValueError, match="taps"):
+        model.hidden_states(ids, taps=(2,))  # the last layer's output is the final state
+    with pytest.raises(ValueError, match="taps"):
+        model.hidden_states(ids, taps=(1, 0))
