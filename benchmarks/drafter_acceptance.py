@@ -59,12 +59,10 @@ def chances(
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """For anchors first..last-1, per drafter, each drafted position's chance to hold `[N, K]` (greedy:
     1 where its top token is the target's); and which positions lie inside the text `[N, K]`. One
-    target pass serves every drafter, the layers any of them taps included."""
+    target pass serves every drafter."""
     k = drafters[0].max_draft_len
     tokens = torch.tensor([ids])
-    taps = sorted({tap for drafter in drafters for tap in drafter.taps})
-    states = model.hidden_states(tokens, taps=tuple(taps))[0].split(model.config.hidden_size, dim=-1)
-    hidden = states[0]
+    hidden = model.hidden_states(tokens)[0]
     anchors = torch.arange(first, last)
     offsets = (anchors.unsqueeze(1) + torch.arange(k)).clamp(max=len(ids) - 1)
     inside = anchors.unsqueeze(1) + torch.arange(k) + 1 <= last
@@ -74,8 +72,7 @@ def chances(
     measured = []
     for drafter in drafters:
         lm_head = model.lm_head if drafter.vocabulary is None else drafter.vocabulary
-        features = torch.cat((hidden, *(states[1 + taps.index(tap)] for tap in drafter.taps)), dim=-1)
-        logits, _ = drafter.head(features[anchors - 1], previous, lm_head)
+        logits, _ = drafter.head(hidden[anchors - 1], previous, lm_head)
         q = torch.softmax(logits.flatten(0, 1).float(), dim=-1)
         if drafter.vocabulary is not None:
             q = drafter.vocabulary.spread(q)

@@ -9,7 +9,6 @@ import torch
 from jev import Decider
 from jev.generate.answer import AnswerTokens
 from jev.generate.drafters.autoregressive import AutoregressiveDrafter
-from jev.generate.drafters.dspark import DSparkConfig, DSparkDrafter, DSparkHead
 from jev.generate.drafters.eagle import EagleDrafter, EagleNet, eagle_config
 from jev.generate.loop import generate
 from jev.generate.scheduler import FixedLength, LoadAwareScheduler
@@ -217,45 +216,3 @@ def test_a_state_reading_drafter_starts_from_the_whole_input_and_changes_nothing
         assert followers[row, : counts[row]].tolist() == prompt[1:]
         fresh = decider.model.hidden_states(torch.tensor([prompt[:-1]]))[0]
         torch.testing.assert_close(states[row, : counts[row]], fresh, rtol=1e-4, atol=1e-4)
-
-
-class ObservedSpark(DSparkDrafter):
-    """Keeps the first `observe` of each generation, as `ObservedEagle` does."""
-
-    def __init__(self, head: DSparkHead, target) -> None:
-        super().__init__(head, target)
-        self.first: list[tuple[list[list[int]], torch.Tensor, torch.Tensor]] = []
-        self.fresh = False
-
-    def start(self, prompts, max_len):
-        super().start(prompts, max_len)
-        self.fresh, self.prompts = True, [list(prompt) for prompt in prompts]
-
-    def observe(self, states, followers, counts):
-        if self.fresh:
-            self.first.append((self.prompts, states.clone(), counts.clone()))
-            self.fresh = False
-        super().observe(states, followers, counts)
-
-
-@torch.no_grad()
-def test_a_drafter_tapping_layers_drafts_a_text_from_the_answers_tapped_states(decider: Decider) -> None:
-    """The decision pass gives final states alone, so a drafter that taps layer 0 too starts from the
-    answer prefix's pass, which gives both: each the model's own there. Greedy, nothing changes."""
-    torch.manual_seed(5)
-    config = DSparkConfig.for_target(decider.model.config, width=32, heads=2, positions=3, taps=(0,))
-    spark = ObservedSpark(DSparkHead(config).eval(), decider.model)
-    speculative = Decider(
-        decider.model, decider.tokenizer, decider.tasks, decider.decision_model, decider.manifest,
-        drafter=spark, policy=FixedLength(), text_settings=TextSettings(draft_len=3),
-    )
-    drafted = speculative.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)
-    assert [r.value for r in drafted] == [r.value for r in decider.decide_batch(EXAMPLE_TASK.decision_model, TICKETS)]
-    assert spark.passes > 0
-    prompts, states, counts = spark.first[0]
-    assert states.shape[-1] == 2 * decider.model.config.hidden_size
-    for row, prompt in enumerate(prompts):
-        n = int(counts[row])
-        assert 0 < n < len(prompt) - 1, "the answer prefix's positions, not the input's"
-        fresh = decider.model.hidden_states(torch.tensor([prompt[:-1]]), taps=(0,))[0, -n:]
-        torch.testing.assert_close(states[row, :n], fresh, rtol=1e-4, atol=1e-4)

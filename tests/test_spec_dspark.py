@@ -50,14 +50,10 @@ def target() -> Model:
     return peaked_model(2, seed=0).double()
 
 
-def random_head(
-    target: Model, markov_rank: int = 8, positions: int = 5, seed: int = 1, taps: tuple[int, ...] = ()
-) -> DSparkHead:
+def random_head(target: Model, markov_rank: int = 8, positions: int = 5, seed: int = 1) -> DSparkHead:
     """Random weights; the Markov head's drawn wide so its bias is of the order of the logits."""
     torch.manual_seed(seed)
-    config = DSparkConfig.for_target(
-        target.config, width=32, heads=2, positions=positions, markov_rank=markov_rank, taps=taps
-    )
+    config = DSparkConfig.for_target(target.config, width=32, heads=2, positions=positions, markov_rank=markov_rank)
     head = DSparkHead(config)
     with torch.no_grad():
         for name, param in head.named_parameters():
@@ -69,28 +65,14 @@ def drafter(target: Model, vocab: list[int] | None = None, **head) -> DSparkDraf
     return DSparkDrafter(random_head(target, **head), target, vocab=None if vocab is None else torch.tensor(vocab))
 
 
-def tapped_drafter(target: Model, vocab: list[int] | None = None) -> DSparkDrafter:
-    """`drafter(target, vocab)`'s head reading layer 0 too, through small weights: its drafts are mostly
-    the untapped head's, so some are accepted, and still move with the tapped state."""
-    head, weights = random_head(target, taps=(0,)), random_head(target).state_dict()
-    fuse, width = weights["fuse.weight"], target.config.hidden_size
-    small = torch.randn(fuse.shape[0], width, generator=torch.Generator().manual_seed(3), dtype=fuse.dtype) * 0.1
-    # The tap's columns go between the final state's and the pending token's.
-    weights["fuse.weight"] = torch.cat((fuse[:, :width], small, fuse[:, width:]), dim=1)
-    head.load_state_dict({**weights, "tap_norms.0.weight": head.tap_norms[0].weight})
-    return DSparkDrafter(head, target, vocab=None if vocab is None else torch.tensor(vocab))
-
-
 # A vocabulary of 10 of the target's 16 tokens: the rest only ever come through the residual.
 VOCAB = [0, 1, 2, 4, 6, 7, 9, 11, 12, 15]
 
 
 @torch.no_grad()
-def hidden_and_pending(
-    target: Model, batch: int = 6, taps: tuple[int, ...] = ()
-) -> tuple[torch.Tensor, torch.Tensor]:
+def hidden_and_pending(target: Model, batch: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
     prompts = torch.tensor([[(3 * b + j) % V for j in range(5)] for b in range(batch)])
-    return target.hidden_states(prompts[:, :-1], taps=taps)[:, -1], prompts[:, -1]
+    return target.hidden_states(prompts[:, :-1])[:, -1], prompts[:, -1]
 
 
 @pytest.mark.parametrize("vocab", [None, VOCAB])
@@ -154,26 +136,6 @@ def test_mixed_settings_and_the_load_aware_scheduler(target: Model) -> None:
     )
     for row in range(0, 16, 2):
         assert spec.tokens[row] == plain.tokens[row]
-
-
-def test_a_drafter_reading_several_layers_drafts_from_them_and_stays_lossless(target: Model) -> None:
-    """With `taps` every pass the loop runs gives the drafter the tapped layers' states too: greedy
-    speculative decoding still writes plain decoding's tokens, drafting from the first round after a
-    prefill, and a draft moves with the tapped state alone."""
-    plain = generate(target, PROMPTS, NEW, temperature=0.0)
-    spark, width = tapped_drafter(target), target.config.hidden_size
-    assert spark.taps == (0,)
-    spec = generate(target, PROMPTS, NEW, temperature=0.0, drafter=spark, draft_len=3)
-    assert spec.tokens == plain.tokens and spec.stats.accepted > 0
-    assert spark.passes == spec.stats.target_passes - 1
-    hidden, pending = hidden_and_pending(target, taps=(0,))
-    assert hidden.shape[-1] == 2 * width
-    settings, uniforms = SamplingSettings.build(6), torch.rand(6, 3, generator=torch.Generator().manual_seed(4))
-    other = torch.cat((hidden[:, :width], hidden[:, width:].flip(0)), dim=-1)
-    drafted = spark.draft(hidden, pending, settings, uniforms.double())
-    assert not torch.equal(spark.draft(other, pending, settings, uniforms.double()).probs, drafted.probs)
-    with pytest.raises(ValueError, match="layer"):
-        drafter(target, taps=(1,))  # the target's last layer: its output is the final state
 
 
 def test_only_the_state_reading_drafter_is_observed(target: Model) -> None:
@@ -276,14 +238,12 @@ def test_without_the_markov_head_q_is_the_parallel_stage_alone(target: Model) ->
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("taps", [(), (0,)])
-def test_the_loss_reads_the_target_at_each_drafted_position_from_states_kept_once(target: Model, taps) -> None:
+def test_the_loss_reads_the_target_at_each_drafted_position_from_states_kept_once(target: Model) -> None:
     """The training loss from the kept states equals an explicit loop over anchors that runs the whole
     target for p and the drafter one anchor at a time, with the anchors drawn from the same seed."""
-    head, k, anchors = random_head(target, positions=3, taps=taps), 3, 4
+    head, k, anchors = random_head(target, positions=3), 3, 4
     inputs = torch.tensor([[(5 * b + 3 * j + j * j) % V for j in range(12)] for b in range(3)])
-    states = target_states(target, inputs, 2, target.dtype, taps)
-    assert states.shape[-1] == target.config.hidden_size * (1 + len(taps))
+    states = target_states(target, inputs, 2, target.dtype)
     kl, tv, _, label = dspark_loss(
         head, target.lm_head, target.backbone.embed_tokens, inputs, states, anchors, torch.Generator().manual_seed(7)
     )
@@ -293,7 +253,7 @@ def test_the_loss_reads_the_target_at_each_drafted_position_from_states_kept_onc
     kls, accepted = [], []
     for row, start in ((b, int(s)) for b in range(len(inputs)) for s in starts[b]):
         tokens = inputs[row, start : start + k]
-        hidden = target.hidden_states(inputs[row : row + 1, :start], taps=taps)[:, -1]
+        hidden = target.hidden_states(inputs[row : row + 1, :start])[:, -1]
         logits, _ = head(hidden, target.embed(tokens.unsqueeze(0)), target.lm_head)
         q_log, p = torch.log_softmax(logits[0], dim=-1), p_log[row, start : start + k]
         kls.append((p.exp() * (p - q_log)).sum(-1))
@@ -388,17 +348,16 @@ def test_a_packed_drafter_drafts_within_q8_rounding(tmp_path: Path) -> None:
     assert (got.probs - want.probs).abs().max() < 0.05
 
 
-@pytest.mark.parametrize(("vocab", "taps"), [(None, ()), (VOCAB, ()), (None, (0,))])
-def test_folder_round_trip_through_the_loader(target: Model, tmp_path: Path, vocab, taps) -> None:
-    spark = drafter(target, vocab, taps=taps)
+@pytest.mark.parametrize("vocab", [None, VOCAB])
+def test_folder_round_trip_through_the_loader(target: Model, tmp_path: Path, vocab) -> None:
+    spark = drafter(target, vocab)
     raw = torch.linspace(0.0, 1.0, 20, dtype=torch.float64)
     spark.calibration = fit_survival_calibration(raw, (raw > 0.5).to(torch.int64))
     spark.save(tmp_path / "spark", {"note": "test"})
     loaded = load_drafter(tmp_path / "spark", target)
     assert isinstance(loaded, DSparkDrafter)
     assert json.loads((tmp_path / "spark" / "drafter.json").read_text()) == {"kind": "dspark", "note": "test"}
-    assert loaded.taps == taps
-    hidden, pending = hidden_and_pending(target, taps=taps)
+    hidden, pending = hidden_and_pending(target)
     settings = SamplingSettings.build(6, temperature=0.9)
     uniforms = torch.rand(6, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     want, got = spark.draft(hidden, pending, settings, uniforms), loaded.draft(hidden, pending, settings, uniforms)
@@ -557,23 +516,6 @@ def test_no_markov_flag_trains_the_parallel_only_ablation(trained: Path) -> None
     assert whole["vocab"] is None, "the default vocabulary (8,192) holds the whole tiny one"
 
 
-def test_taps_train_a_drafter_reading_those_layers(trained: Path) -> None:
-    args = train_args(trained, "tapped", "--taps", "0", "--steps", "20")
-    assert args.func(args) == 0
-    assert json.loads((trained / "tapped" / "dspark.json").read_text())["config"]["taps"] == [0]
-    provenance = json.loads((trained / "tapped" / "drafter.json").read_text())
-    assert provenance["final_kl"] < 0.5 * provenance["first_kl"]
-    target = Model.from_pretrained(trained / "target")
-    spark = load_drafter(trained / "tapped", target)
-    prompts = [tiny_tokenizer().encode(t).ids[:4] for t in TEXT]
-    spec = generate(target, prompts, 8, temperature=0.0, drafter=spark, draft_len=4)
-    assert spec.tokens == generate(target, prompts, 8, temperature=0.0).tokens
-    last = target.config.num_hidden_layers - 1
-    args = train_args(trained, "too-deep", "--taps", str(last), "--steps", "2")
-    with pytest.raises(JevError, match="--taps"):
-        args.func(args)
-
-
 def test_a_vocabulary_size_keeps_the_most_frequent_training_tokens(trained: Path) -> None:
     args = train_args(trained, "frequent", "--no-markov", "--steps", "5", "--vocab-size", "12")
     assert args.func(args) == 0
@@ -633,8 +575,7 @@ def test_the_commands_defaults_are_the_shipped_drafters_recipe(monkeypatch: pyte
     )
     assert args.func(args) == 0
     settings = built[0]
-    config = asdict(settings.config)
-    assert config.pop("taps") == () and config == pytest.approx(shipped["config"])
+    assert asdict(settings.config) == pytest.approx(shipped["config"])
     recorded = ("steps", "block_size", "batch_size", "anchors", "vocab_size", "lr", "seed", "markov")
     assert {name: shipped[name] for name in recorded} == {
         **{name: getattr(settings, name) for name in recorded[:-1]}, "markov": settings.config.markov_rank > 0

@@ -17,7 +17,6 @@ from tests.tiny import MOE, random_model, tiny_config
 # (sequences, tokens each pass extends by, prompt length): a plain step, verify passes, ragged batches.
 PASSES = [(1, 1, 5), (1, 4, 9), (3, 1, 7), (3, 5, 12), (2, 8, 3)]
 DENSE = (False,) * 3  # the graphs' key: no layer of the 3 selects
-TAPS = (0, 1)  # what a drafter reading several layers asks a pass for
 
 
 def _model(weights: str = "float32", **config):
@@ -29,10 +28,9 @@ def _model(weights: str = "float32", **config):
     return model
 
 
-def _cached_passes(model, sequences: int, tokens: int, prompt: int, steps: int = 4, taps: tuple[int, ...] = ()):
-    """States (with the `taps` layers' outputs) and logits of `steps` cached passes after a ragged prompt
-    (row 0 the longest), and the cache after. The LM head runs outside the graph, in the form the pass
-    kind says (mixed weights)."""
+def _cached_passes(model, sequences: int, tokens: int, prompt: int, steps: int = 4):
+    """States and logits of `steps` cached passes after a ragged prompt (row 0 the longest), and the
+    cache after. The LM head runs outside the graph, in the form the pass kind says (mixed weights)."""
     generator = torch.Generator().manual_seed(sequences * 100 + tokens * 10 + prompt)
     cache = model.new_cache(sequences, prompt + steps * tokens)
     lengths = torch.randint(1, prompt + 1, (sequences,), generator=generator)
@@ -44,9 +42,8 @@ def _cached_passes(model, sequences: int, tokens: int, prompt: int, steps: int =
         for _ in range(steps):
             lengths = torch.randint(1, tokens + 1, (sequences,), generator=generator)
             lengths[0] = tokens
-            hidden = model.hidden_states(ids(tokens), cache=cache, lengths=lengths, taps=taps)
-            logits = model.lm_head(hidden[..., : model.config.hidden_size])
-            states.append(torch.cat((hidden, logits), dim=-1))
+            hidden = model.hidden_states(ids(tokens), cache=cache, lengths=lengths)
+            states.append(torch.cat((hidden, model.lm_head(hidden)), dim=-1))
     return states, cache
 
 
@@ -64,7 +61,7 @@ def test_replayed_passes_equal_eager_ones_exactly(weights):
     eager = [_cached_passes(model, *shape) for shape in PASSES]
     model.replay_cached_passes()
     calls = _replays(model)
-    assert (torch.float32, True, DENSE, ()) in model.step_graphs.graphs  # no indexer keys in these short caches
+    assert (torch.float32, True, DENSE) in model.step_graphs.graphs  # no indexer keys in these short caches
     for shape, (want_states, want_cache) in zip(PASSES, eager, strict=True):
         states, cache = _cached_passes(model, *shape)
         for got, want in zip(states, want_states, strict=True):
@@ -77,11 +74,11 @@ def test_a_cache_with_indexer_keys_has_its_own_graph_and_selecting_passes_theirs
     model = _model(index_topk=10)
     eager = _cached_passes(model, 2, 3, 6)  # 9 keys, then 12, 15 and 18 selected
     model.replay_cached_passes()
-    assert set(model.step_graphs.graphs) == {(torch.float32, True, DENSE, ()), (torch.float32, False, DENSE, ())}
+    assert set(model.step_graphs.graphs) == {(torch.float32, True, DENSE), (torch.float32, False, DENSE)}
     calls = _replays(model)
     states, cache = _cached_passes(model, 2, 3, 6)
     assert len(calls) == 1  # 9 keys replayed; 12 selected eagerly, then traced at 15 and replayed
-    assert (torch.float32, False, (True,) * 3, ()) in model.step_graphs.graphs
+    assert (torch.float32, False, (True,) * 3) in model.step_graphs.graphs
     for got, want in zip(states, eager[0], strict=True):
         assert torch.equal(got, want)
     assert torch.equal(cache.latent, eager[1].latent) and torch.equal(cache.index_keys, eager[1].index_keys)
@@ -95,7 +92,7 @@ def test_selecting_passes_replay_exactly_at_every_number_of_sequences_tokens_and
     eager = [_cached_passes(model, *shape) for shape in PASSES]
     model.replay_cached_passes()
     _cached_passes(model, 1, 1, 5, steps=TRACE_AFTER)
-    selecting = (torch.float32, False, (True,) * 3, ())
+    selecting = (torch.float32, False, (True,) * 3)
     assert selecting in model.step_graphs.graphs
     calls = _replays(model)
     for shape, (want_states, want_cache) in zip(PASSES, eager, strict=True):
@@ -142,25 +139,7 @@ def test_a_pass_kind_not_traced_yet_is_traced_the_second_time_it_is_seen():
     _cached_passes(model, 1, 1, 3, steps=1)
     assert not model.step_graphs.graphs
     _cached_passes(model, 2, 3, 4, steps=1)
-    assert list(model.step_graphs.graphs) == [(torch.float32, True, DENSE, ())]
-
-
-@pytest.mark.parametrize("weights", ["float32", "mixed"])
-def test_passes_with_taps_have_their_own_graphs_and_equal_eager_ones(weights):
-    """A drafter that reads several layers asks each pass for them: `replay_cached_passes(taps)` traces
-    those passes' graphs as well, and they replay exactly the eager pass, taps included."""
-    model = _model(weights)
-    eager = [_cached_passes(model, *shape, taps=TAPS) for shape in PASSES]
-    model.replay_cached_passes(taps=TAPS)
-    dtype = model.dtype
-    assert {(dtype, True, DENSE, ()), (dtype, True, DENSE, TAPS)} <= set(model.step_graphs.graphs)
-    calls = _replays(model)
-    for shape, (want_states, want_cache) in zip(PASSES, eager, strict=True):
-        states, cache = _cached_passes(model, *shape, taps=TAPS)
-        for got, want in zip(states, want_states, strict=True):
-            assert torch.equal(got, want), shape
-        assert torch.equal(cache.latent, want_cache.latent)
-    assert len(calls) == 4 * len(PASSES)
+    assert list(model.step_graphs.graphs) == [(torch.float32, True, DENSE)]
 
 
 @pytest.mark.parametrize("drafted", [False, True])

@@ -132,8 +132,7 @@ class TargetState:
     """Each sequence's place in the target. `cache` holds every token but the pending one,
     `pending [B]`; `states [B, T, D]` are the target's final hidden states at the last `counts[b]`
     cached positions of sequence b (in the first `counts[b]` columns; 0 where none is known: a
-    drafter that reads target states drafts only from a known one), followed by the states of the
-    layers a drafter taps (`[B, T, D * (1 + len(taps))]`, `Model.hidden_states`)."""
+    drafter that reads target states drafts only from a known one)."""
 
     cache: LatentCache
     pending: torch.Tensor
@@ -141,15 +140,14 @@ class TargetState:
     counts: torch.Tensor
 
     @classmethod
-    def prefill(cls, model: Model, prompts: list[list[int]], room: int, taps: tuple[int, ...] = ()) -> "TargetState":
+    def prefill(cls, model: Model, prompts: list[list[int]], room: int) -> "TargetState":
         """Read every prompt but its last token, in one pass, into a new cache of `room` positions
         (no pass runs when every prompt is one token long: then no state is known)."""
         cache = model.new_cache(len(prompts), room)
         tokens, lengths = pad_rows([prompt[:-1] for prompt in prompts])
-        width = model.config.hidden_size * (1 + len(taps))
-        states = torch.zeros(len(prompts), 0, width, dtype=model.dtype, device=model.device)
+        states = torch.zeros(len(prompts), 0, model.config.hidden_size, dtype=model.dtype, device=model.device)
         if tokens.shape[1] > 0:
-            states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths, taps=taps)
+            states = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths)
         return cls(cache, _last_tokens(prompts), states, lengths)
 
     @classmethod
@@ -254,9 +252,8 @@ def generate(
     stats = GenerationStats()
     max_len = max(len(p) for p in prompts) + int(budget.max()) + depth_cap + 1
     reads_states = isinstance(drafter, ReadsTargetStates)
-    taps = drafter.taps if reads_states else ()
     if state is None:
-        state = TargetState.prefill(model, prompts, max_len, taps)
+        state = TargetState.prefill(model, prompts, max_len)
         stats.target_passes += int(bool((state.counts > 0).any()))
     elif state.cache.max_len < max_len:
         raise ValueError(f"the cache holds {state.cache.max_len} positions; this generation needs {max_len}")
@@ -265,8 +262,6 @@ def generate(
         passes_before = drafter.passes  # a drafter counts its passes over its lifetime
         drafter.start(prompts, max_len)
         if reads_states and bool(seen.any()):
-            if state.states.shape[-1] != model.config.hidden_size * (1 + len(taps)):
-                raise ValueError(f"the given states are {state.states.shape[-1]} wide; the drafter taps layers {taps}")
             drafter.observe(state.states, state.followers(prompts), state.counts)
     out = torch.zeros(batch, int(budget.max()) + depth_cap + 1, dtype=torch.int64)
     out_n = torch.zeros(batch, dtype=torch.int64)
@@ -295,9 +290,9 @@ def generate(
         before = cache.lengths.clone()
         lengths = torch.where(active, 1 + n_verified, 0)
         hidden = model.hidden_states(
-            torch.cat((pending.view(-1, 1), drafted), dim=1).to(model.device), cache=cache, lengths=lengths, taps=taps
+            torch.cat((pending.view(-1, 1), drafted), dim=1).to(model.device), cache=cache, lengths=lengths
         )
-        logits = model.lm_head(hidden[..., : model.config.hidden_size])
+        logits = model.lm_head(hidden)
         if no_repeat_ngram:
             banned = repeat_mask(out, out_n, drafted, no_repeat_ngram, logits.shape[-1])
             logits = logits.masked_fill(banned.to(logits.device), float("-inf"))

@@ -75,20 +75,16 @@ def write_texts(
     """Write every text field of a batch whose decision pass filled `cache` (inputs + query tokens).
 
     `input_states [B, W, D]`, the decision pass's final states of the inputs, join the first field's
-    target states for a drafter that reads them, so it sees the whole input, not only the answer so far
-    (not for one that taps other layers too, which the decision pass does not give: DSpark's reads the
-    last state alone, which the answer's own tokens give it)."""
+    target states for a drafter that reads them, so it sees the whole input, not only the answer so far."""
     batch = len(token_ids)
     cache.truncate([len(ids) for ids in token_ids])
     prompts = [[*ids, *answer.text_prefix(values)] for ids, values in zip(token_ids, closed, strict=True)]
     written = WrittenTexts([{} for _ in range(batch)], [0] * batch, truncated=[[] for _ in range(batch)])
     n_closed = len(answer.spec.closed_fields)
-    reads_states = isinstance(drafter, ReadsTargetStates)
-    taps = drafter.taps if reads_states else ()
     for i, spec in enumerate(answer.spec.text_fields):
-        read = _feed(model, cache, prompts, taps)
+        read = _feed(model, cache, prompts)
         written.forward_passes += 0 if read is None else 1
-        if i == 0 and input_states is not None and reads_states and not taps:
+        if i == 0 and input_states is not None and isinstance(drafter, ReadsTargetStates):
             given = (input_states, torch.tensor(list(map(len, token_ids))))
             read = given if read is None else concat_rows(*given, *read)
         generation = generate(
@@ -114,18 +110,14 @@ def write_texts(
     return written
 
 
-def _feed(
-    model: Model, cache: LatentCache, prompts: list[list[int]], taps: tuple[int, ...]
-) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _feed(model: Model, cache: LatentCache, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Read every prompt's tokens the cache lacks, but the last, in one pass. Returns the hidden
-    states `[B, T, D]` of the positions read (then the `taps` layers') and how many each prompt read
-    `[B]` (for a drafter that reads target states), or None when some prompt had nothing to read and
-    no pass ran for it."""
+    states `[B, T, D]` of the positions read and how many each prompt read `[B]` (for a drafter that
+    reads target states), or None when some prompt had nothing to read and no pass ran for it."""
     unread = [prompt[n:] for prompt, n in zip(prompts, cache.lengths.tolist(), strict=True)]
     if min(map(len, unread)) <= 1:
         if max(map(len, unread)) > 1:
             raise ValueError("text prompts must all need reading, or none")
         return None
     tokens, lengths = pad_rows([prompt[:-1] for prompt in unread])
-    hidden = model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths.to(model.device), taps=taps)
-    return hidden, lengths
+    return model.hidden_states(tokens.to(model.device), cache=cache, lengths=lengths.to(model.device)), lengths

@@ -16,8 +16,8 @@ selection as a mask made in one product of scores (`Indexer.select_mask`, which 
 a cached pass and records the exact ranking of ties whatever the traced pass's own). The sizes a
 trace does not fix are the sequences, the tokens each extends by and the keys: the latents come
 in as the cache's first n_keys slots, and n_keys is read from their shape, so it is recorded as a
-size. So one graph per dtype, per cache with or without indexer keys, per set of selecting layers,
-and per set of layers whose states the pass also gives (a drafter's taps), serves every such pass.
+size. So one graph per dtype, per cache with or without indexer keys, and per set of selecting
+layers, serves every such pass.
 
 Tracing costs about 1.2 s on 2 cores, and the executor's first runs about 0.4 s more (it optimizes
 the graph for what it has seen), so `Model.replay_cached_passes` does both up front for what a
@@ -44,12 +44,11 @@ TRACE_AFTER = 2
 
 
 class _CachedPass(nn.Module):
-    """A model's decoder layers and final norm over a cached pass's tensors alone (what tracing takes),
-    and the outputs of the layers in `taps` after the final states (`Model.hidden_states`)."""
+    """A model's decoder layers and final norm over a cached pass's tensors alone (what tracing takes)."""
 
-    def __init__(self, layers: nn.ModuleList, norm: nn.Module, taps: tuple[int, ...] = ()) -> None:
+    def __init__(self, layers: nn.ModuleList, norm: nn.Module) -> None:
         super().__init__()
-        self.layers, self.norm, self.taps = layers, norm, taps
+        self.layers, self.norm = layers, norm
 
     def forward(
         self,
@@ -62,19 +61,16 @@ class _CachedPass(nn.Module):
     ) -> torch.Tensor:
         """`latent` (and `index_keys`) are the cache's first n_keys slots, written in place."""
         batch = AttentionBatch(positions, cos, sin, latent.shape[2], LatentCache.over(latent, index_keys), False)
-        tapped = []
-        for i, layer in enumerate(self.layers):
+        for layer in self.layers:
             x = layer(x, batch)
-            if i in self.taps:
-                tapped.append(x)
-        return torch.cat((self.norm(x), *tapped), dim=-1) if tapped else self.norm(x)
+        return self.norm(x)
 
 
 class StepGraphs:
     """A model's traced cached passes; `run` replays one (tracing it when due) or returns None."""
 
     def __init__(self, layers: nn.ModuleList, norm: nn.Module, replays: Callable[[AttentionBatch], bool]) -> None:
-        self.layers, self.norm = layers, norm
+        self.passes = _CachedPass(layers, norm)
         self.replays = replays
         self.dense = not any(isinstance(layer.mlp, MoE) for layer in layers)
         self.graphs: dict[tuple, torch.jit.ScriptModule] = {}
@@ -85,19 +81,18 @@ class StepGraphs:
         """From now on replay without the executor optimizing for new shapes (see the module's docstring)."""
         self.settled = True
 
-    def run(self, x: torch.Tensor, batch: AttentionBatch, taps: tuple[int, ...] = ()) -> torch.Tensor | None:
-        """The final-normed states of this pass through every layer (then the `taps` layers' outputs),
-        replayed; None where it runs eagerly."""
+    def run(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor | None:
+        """The final-normed states of this pass through every layer, replayed; None where it runs eagerly."""
         cache = batch.cache
         if not self.dense or cache is None or batch.expanded or batch.indexer_losses is not None:
             return None
         if x.device.type != "cpu" or torch.is_grad_enabled() or torch.is_autocast_enabled("cpu"):
             return None
-        layers = self.layers
+        layers = self.passes.layers
         selects = tuple(layer.self_attn.index_topk < batch.n_keys for layer in layers)
         if not self.replays(batch) or (any(selects) and not self._replays_selection(batch, selects)):
             return None
-        key = (x.dtype, cache.index_keys is None, selects, taps)
+        key = (x.dtype, cache.index_keys is None, selects)
         inputs = (x, batch.positions, batch.cos, batch.sin, cache.latent[:, :, : batch.n_keys])
         inputs += () if cache.index_keys is None else (cache.index_keys[:, :, : batch.n_keys],)
         graph = self.graphs.get(key)
@@ -117,8 +112,7 @@ class StepGraphs:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 warnings.simplefilter("ignore", DeprecationWarning)
-                passes = _CachedPass(self.layers, self.norm, taps)
-                graph = self.graphs[key] = torch.jit.trace(passes, inputs, check_trace=False)
+                graph = self.graphs[key] = torch.jit.trace(self.passes, inputs, check_trace=False)
         with torch.jit.optimized_execution(not self.settled):
             return graph(*inputs)
 
@@ -131,6 +125,6 @@ class StepGraphs:
         size, length = batch.positions.shape
         return all(
             layer.self_attn.indexer.scores_in_one_chunk(size, length, batch.n_keys)
-            for layer, selecting in zip(self.layers, selects, strict=True)
+            for layer, selecting in zip(self.passes.layers, selects, strict=True)
             if selecting
         )

@@ -1,6 +1,5 @@
 """The DeepSeek-V3.2 decoder: embeddings, MLA + DSA layers with dense or MoE feed-forward, LM head."""
 
-import itertools
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
@@ -83,25 +82,23 @@ class Model(nn.Module):
         # Cached passes replayed as traced graphs (`jev.model.step_graphs`), for inference only.
         self.step_graphs: StepGraphs | None = None
 
-    def replay_cached_passes(self, on: bool = True, taps: tuple[int, ...] = ()) -> None:
+    def replay_cached_passes(self, on: bool = True) -> None:
         """From now on replay the passes that extend a cache as traced graphs (`on`), or run every pass
         eagerly. For an inference-only model: the graphs read its weights as they are now.
 
         The graphs a one-sequence generation replays are traced, and run through the executor's first
         runs, here (about 3 s on 2 cores for the shipped model): with a cache too short for the indexer
-        to select, and with one long enough to keep indexer keys; and, with `taps`, those of passes that
-        also give those layers' states (what a drafter reading several layers asks of each pass)."""
+        to select, and with one long enough to keep indexer keys."""
         self.step_graphs = StepGraphs(self.backbone.layers, self.backbone.norm, self.replays_pass) if on else None
         if not on:
             return
         shortest_topk = min(layer.self_attn.index_topk for layer in self.backbone.layers)
         token = torch.zeros(1, 1, dtype=torch.int64, device=self.device)
         with torch.no_grad():
-            rooms = (TRACE_AFTER + 3, max(TRACE_AFTER + 3, shortest_topk + 1))
-            for room, kind in itertools.product(rooms, dict.fromkeys(((), taps))):
+            for room in (TRACE_AFTER + 3, max(TRACE_AFTER + 3, shortest_topk + 1)):
                 cache = self.new_cache(1, room)
                 for _ in range(TRACE_AFTER + 2):
-                    self.hidden_states(token, cache=cache, taps=kind)
+                    self.hidden_states(token, cache=cache)
         self.step_graphs.settle()
 
     @property
@@ -136,14 +133,11 @@ class Model(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         cache: LatentCache | None = None,
         lengths: torch.Tensor | None = None,
-        taps: tuple[int, ...] = (),
     ) -> torch.Tensor:
-        """The final-normed hidden states `[B, T, D]` of the new tokens (what the heads read); with `taps`
-        (layer indices, ascending, below the last) each tapped layer's output follows, `[B, T, D * (1 +
-        len(taps))]`: the features of a drafter that reads several layers."""
+        """The final-normed hidden states `[B, T, D]` of the new tokens (what the heads read)."""
         x = self._embed(input_ids, inputs_embeds)
         lengths = self._lengths(x, lengths)
-        hidden = self.layer_states(x, lengths, cache=cache, taps=taps)
+        hidden = self.layer_states(x, lengths, cache=cache)
         if cache is not None:
             cache.advance(lengths)
         return hidden
@@ -159,10 +153,9 @@ class Model(nn.Module):
         indexer_losses: list[torch.Tensor] | None = None,
         frozen_layers: int = 0,
         read: torch.Tensor | None = None,
-        taps: tuple[int, ...] = (),
     ) -> torch.Tensor:
         """States `x [B, T, D]` entering layer `start` through layers `start..stop-1`, final-normed
-        when `stop` is the last layer, then the output of each layer in `taps` (`hidden_states`).
+        when `stop` is the last layer.
 
         `read [B, F]` names the positions whose final states alone the caller reads (a decision's field
         tokens, in a cache-free inference pass through the last layer): that layer then computes only
@@ -181,8 +174,6 @@ class Model(nn.Module):
             raise ValueError("training passes are cache-free")
         if read is not None and (stop == start or stop < len(self.backbone.layers)):
             raise ValueError("reading a subset of rows needs a pass through the last layer")
-        if taps and (list(taps) != sorted(set(taps)) or taps[0] < start or taps[-1] >= stop - 1 or read is not None):
-            raise ValueError(f"taps must be ascending layers of {start}..{stop - 2} (below the last), got {taps}")
         if cache is None:
             positions, n_keys, expanded = self._fresh_positions(x, lengths), x.shape[1], True
         else:
@@ -194,10 +185,9 @@ class Model(nn.Module):
         branch = self.fresh_branch_dtype if expanded and indexer_losses is None else None
         batch = AttentionBatch(positions, cos, sin, n_keys, cache, expanded, indexer_losses, branch)
         whole = start == 0 and stop == len(self.backbone.layers) and read is None and frozen_layers == 0
-        replayed = self.step_graphs.run(x, batch, taps) if whole and self.step_graphs is not None else None
+        replayed = self.step_graphs.run(x, batch) if whole and self.step_graphs is not None else None
         if replayed is not None:
             return replayed
-        tapped = []
         for i in range(start, stop):
             layer, reads = self.backbone.layers[i], read if i == stop - 1 else None
             if i < frozen_layers:
@@ -205,10 +195,7 @@ class Model(nn.Module):
                 x = torch.func.functional_call(layer, detached, (x, batch, reads))
             else:
                 x = layer(x, batch, reads)
-            if i in taps:
-                tapped.append(x)
-        x = self.backbone.norm(x) if stop == len(self.backbone.layers) else x
-        return torch.cat((x, *tapped), dim=-1) if tapped else x
+        return self.backbone.norm(x) if stop == len(self.backbone.layers) else x
 
     def training_states(
         self,

@@ -245,11 +245,6 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--no-markov", action="store_true", help="(dspark) no Markov head: the parallel-only ablation")
     parser.add_argument(
-        "--taps", type=int, nargs="*", default=list(dspark.config.taps), metavar="LAYER",
-        help="(dspark) target layers (0-based) whose output states the drafter reads beside the final state, "
-        "as EAGLE-3 reads low, middle and high layers (default: none, the final state alone)",
-    )
-    parser.add_argument(
         "--objective", choices=OBJECTIVES, default=dspark.objective,
         help="(dspark) train the drafted distributions by KL(p || q), by the rejection chance at T = 1, "
         "TV(p, q), or by their sum (default: %(default)s)",
@@ -307,8 +302,8 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
 _KIND_OPTIONS = {
     "autoregressive": {"layers", "hidden_size"},
     "dspark": {
-        "layers", "hidden_size", "positions", "markov_rank", "no_markov", "taps", "objective", "position_decay",
-        "init", "anchors", "vocab_size", "weights", "precision",
+        "layers", "hidden_size", "positions", "markov_rank", "no_markov", "objective", "position_decay", "init",
+        "anchors", "vocab_size", "weights", "precision",
     },
     "eagle": {"vocab_size", "feature_weight", "weights", "precision"},
 }
@@ -351,12 +346,6 @@ def _shared(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
-    below_last = target_config.num_hidden_layers - 1
-    if args.taps != sorted(set(args.taps)) or not all(0 <= tap < below_last for tap in args.taps):
-        raise JevError(
-            f"--taps {' '.join(map(str, args.taps))}: give distinct layers in ascending order, of the target's "
-            f"0..{below_last - 1} (its last layer's output is the final state, which the drafter always reads)"
-        )
     width = DSparkConfig.width if args.hidden_size is None else args.hidden_size
     config = DSparkConfig.for_target(
         target_config,
@@ -365,7 +354,6 @@ def _run_dspark(args: argparse.Namespace, target_config: ModelConfig) -> int:
         heads=max(1, width // 32),
         positions=args.positions,
         markov_rank=0 if args.no_markov else args.markov_rank,
-        taps=tuple(args.taps),
     )
     if args.init is not None:
         if drafter_kind(args.init) != "dspark":

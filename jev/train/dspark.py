@@ -102,16 +102,12 @@ def init_head(head: DSparkHead, std: float = 0.02) -> None:
         nn.init.zeros_(head.markov_out.weight)
 
 
-def target_states(
-    target: Model, blocks: torch.Tensor, rows: int, dtype: torch.dtype, taps: tuple[int, ...] = ()
-) -> torch.Tensor:
-    """The target's states `[N, T, D * (1 + len(taps))]` over `blocks [N, T]` (the final state, then each
-    tapped layer's: `Model.hidden_states`), `rows` blocks a pass, kept in `dtype`."""
-    states = torch.empty(*blocks.shape, target.config.hidden_size * (1 + len(taps)), dtype=dtype)
+def target_states(target: Model, blocks: torch.Tensor, rows: int, dtype: torch.dtype) -> torch.Tensor:
+    """The target's final hidden states `[N, T, D]` over `blocks [N, T]`, `rows` blocks a pass, kept in `dtype`."""
+    states = torch.empty(*blocks.shape, target.config.hidden_size, dtype=dtype)
     with torch.inference_mode():
         for start in tqdm(range(0, len(blocks), rows), desc="target states", unit="pass"):
-            read = blocks[start : start + rows].long()
-            states[start : start + rows] = target.hidden_states(read, taps=taps).to(dtype)
+            states[start : start + rows] = target.hidden_states(blocks[start : start + rows].long()).to(dtype)
     return states
 
 
@@ -125,12 +121,10 @@ class StepStates:
     states: torch.Tensor
 
     @classmethod
-    def read(
-        cls, target: Model, data: TokenBlocks, settings: DistillSettings, dtype: torch.dtype, taps: tuple[int, ...] = ()
-    ) -> "StepStates":
+    def read(cls, target: Model, data: TokenBlocks, settings: DistillSettings, dtype: torch.dtype) -> "StepStates":
         order = [data.batch_indices(step, settings.batch_size, settings.seed) for step in range(settings.steps)]
         used, rows = torch.cat(order).unique(return_inverse=True)
-        return cls(order, rows, target_states(target, data.train[used, :-1], settings.batch_size, dtype, taps))
+        return cls(order, rows, target_states(target, data.train[used, :-1], settings.batch_size, dtype))
 
     def step(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Step `step`'s block indices into `data.train` and the target's states over them `[B, T, D]`."""
@@ -151,9 +145,8 @@ def dspark_loss(
     over random anchors of `inputs [B, T]`, and the label c* `[positions]` (mean acceptance per drafted
     position, T = 1).
 
-    `hidden [B, T, F]` is the target's states over `inputs` (the final state first, then any tapped
-    layer's); `lm_head` and `embed` are its head and embeddings, so p_target is `softmax(lm_head(final))`
-    at the drafted positions."""
+    `hidden [B, T, D]` is the target's final hidden states over `inputs`; `lm_head` and `embed` are its
+    head and embeddings, so p_target is `softmax(lm_head(hidden))` at the drafted positions."""
     k = head.config.positions
     batch, length = inputs.shape
     starts = torch.randint(1, length - k + 1, (batch, anchors), generator=generator)
@@ -161,8 +154,7 @@ def dspark_loss(
     offsets = starts.unsqueeze(-1) + torch.arange(k)
     previous = inputs[rows.unsqueeze(-1), offsets].flatten(0, 1)
     with torch.no_grad():
-        final = hidden[rows.unsqueeze(-1), offsets, : head.config.hidden_size].flatten(0, 1)
-        p_log = F.log_softmax(lm_head(final).float(), dim=-1)
+        p_log = F.log_softmax(lm_head(hidden[rows.unsqueeze(-1), offsets].flatten(0, 1)).float(), dim=-1)
         p = p_log.exp()
     logits, acceptance = head(hidden[rows, starts - 1].flatten(0, 1), embed(previous), lm_head)
     q_log = F.log_softmax(logits.float(), dim=-1)
@@ -192,7 +184,7 @@ def acceptance_outcomes(
     pending token and the K drafts."""
     target, k = drafter.target, drafter.max_draft_len
     blocks = blocks.long()
-    hidden = target.hidden_states(blocks, taps=drafter.taps)
+    hidden = target.hidden_states(blocks)
     settings = SamplingSettings.build(len(blocks))
     cache = target.new_cache(len(blocks), blocks.shape[1] + k)
     raw, accepted = [], []
@@ -251,8 +243,7 @@ def distill_dspark(settings: DSparkSettings) -> Path:
     store_weights(target, settings.weights)
     autocast = native_bfloat16() if settings.autocast is None else settings.autocast
     settings = replace(settings, weights=target.weights, autocast=autocast)
-    dtype = torch.bfloat16 if autocast else torch.float32
-    states = StepStates.read(target, data, settings, dtype, settings.config.taps)
+    states = StepStates.read(target, data, settings, torch.bfloat16 if autocast else torch.float32)
     torch.manual_seed(settings.seed)
     head = DSparkHead(settings.config)
     if settings.init is None:

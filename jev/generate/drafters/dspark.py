@@ -56,9 +56,6 @@ class DSparkConfig:
     positions: int = 7
     markov_rank: int = 128
     rms_norm_eps: float = 1e-6
-    # Target layers (0-based, ascending) whose output states the drafter reads beside the final state,
-    # as EAGLE-3 fuses low, middle and high layers: the final state is shaped for the next token alone.
-    taps: tuple[int, ...] = ()
 
     @classmethod
     def for_target(cls, target: ModelConfig, **shape: Any) -> "DSparkConfig":
@@ -66,15 +63,7 @@ class DSparkConfig:
         eps = target.rms_norm_eps
         return cls(hidden_size=target.hidden_size, vocab_size=target.vocab_size, rms_norm_eps=eps, **shape)
 
-    @property
-    def features(self) -> int:
-        """The width of the target state the drafter reads: the final state, then each tap's."""
-        return self.hidden_size * (1 + len(self.taps))
-
     def __post_init__(self) -> None:
-        object.__setattr__(self, "taps", tuple(self.taps))
-        if list(self.taps) != sorted(set(self.taps)) or any(tap < 0 for tap in self.taps):
-            raise ValueError(f"taps must be distinct layer indices in ascending order, got {self.taps}")
         if self.width % self.heads:
             raise ValueError(f"width ({self.width}) must be a multiple of heads ({self.heads})")
         if min(self.width, self.layers, self.positions) < 1 or self.markov_rank < 0:
@@ -106,9 +95,8 @@ class DSparkHead(nn.Module):
         self.config = config
         d, w, r = config.hidden_size, config.width, config.markov_rank
         self.hidden_norm = RMSNorm(d, config.rms_norm_eps)
-        self.tap_norms = nn.ModuleList(RMSNorm(d, config.rms_norm_eps) for _ in config.taps)
         self.token_norm = RMSNorm(d, config.rms_norm_eps)
-        self.fuse = nn.Linear(config.features + d, w, bias=False)
+        self.fuse = nn.Linear(2 * d, w, bias=False)
         self.position = nn.Parameter(torch.zeros(config.positions, w))
         self.layers = nn.ModuleList(BlockLayer(w, config.heads, config.rms_norm_eps) for _ in range(config.layers))
         self.out = nn.Linear(w, d, bias=False)
@@ -123,11 +111,9 @@ class DSparkHead(nn.Module):
         return self.config.markov_rank > 0
 
     def block(self, hidden: torch.Tensor, token_embedding: torch.Tensor) -> torch.Tensor:
-        """`hidden [N, features]` (target state before the pending token: the final state, then each tap's),
-        `token_embedding [N, D]` (the pending token's) -> position states `[N, positions, width]`, in one pass."""
-        final, *taps = hidden.split(self.config.hidden_size, dim=-1)
-        normed = [self.hidden_norm(final), *(norm(tap) for norm, tap in zip(self.tap_norms, taps, strict=True))]
-        fused = self.fuse(torch.cat((*normed, self.token_norm(token_embedding)), dim=-1))
+        """`hidden [N, D]` (target state before the pending token), `token_embedding [N, D]` (the
+        pending token's) -> position states `[N, positions, width]`, all in one pass."""
+        fused = self.fuse(torch.cat((self.hidden_norm(hidden), self.token_norm(token_embedding)), dim=-1))
         x = fused.unsqueeze(1) + self.position
         for layer in self.layers:
             x = layer(x)
@@ -180,29 +166,17 @@ class DSparkDrafter:
                 f"the drafter reads hidden size {config.hidden_size} and vocabulary {config.vocab_size}; the target "
                 f"has {target.config.hidden_size} and {target.config.vocab_size}"
             )
-        if config.taps and config.taps[-1] >= target.config.num_hidden_layers - 1:
-            raise ValueError(
-                f"the drafter taps layers {config.taps}; the target's layers below its last are "
-                f"0..{target.config.num_hidden_layers - 2} (the last one's output is the final state)"
-            )
         self.head = head.eval()
         self.target = target
         self.calibration = calibration
         # q over the target's whole vocabulary, or over `vocab` alone (`jev.generate.drafters.vocabulary`)
         self.vocabulary = None if vocab is None else VocabularyHead(target, vocab)
         self.passes = 0
-        if config.taps and target.step_graphs is not None:
-            # Every pass of a generation now asks for the tapped layers too: trace those graphs up front.
-            target.replay_cached_passes(taps=config.taps)
-        self._hidden = torch.zeros(0, config.features, dtype=target.dtype, device=target.device)
+        self._hidden = torch.zeros(0, config.hidden_size, dtype=target.dtype, device=target.device)
 
     @property
     def max_draft_len(self) -> int:
         return self.head.config.positions
-
-    @property
-    def taps(self) -> tuple[int, ...]:
-        return self.head.config.taps
 
     @classmethod
     def load(cls, path: str | Path, target: Model) -> "DSparkDrafter":
@@ -238,7 +212,7 @@ class DSparkDrafter:
     def start(self, prompts: list[list[int]], max_len: int) -> None:
         """Forget the previous batch; the target's state arrives with `observe`."""
         self._hidden = torch.zeros(
-            len(prompts), self.head.config.features, dtype=self.target.dtype, device=self.target.device
+            len(prompts), self.head.config.hidden_size, dtype=self.target.dtype, device=self.target.device
         )
 
     def observe(self, states: torch.Tensor, followers: torch.Tensor, counts: torch.Tensor) -> None:
@@ -263,8 +237,7 @@ class DSparkDrafter:
     def draft(
         self, hidden: torch.Tensor, pending: torch.Tensor, settings: SamplingSettings, uniforms: torch.Tensor
     ) -> Draft:
-        """`K = uniforms.shape[1]` drafts after `pending [B]`, given the target state `hidden [B, features]`
-        before it (the final state, then each tapped layer's).
+        """`K = uniforms.shape[1]` drafts after `pending [B]`, given the target state `hidden [B, D]` before it.
 
         x_j is drawn with `sample_from(q_j, uniforms[:, j])`, q_j = warp(lm_head(output_j + Markov(x_{j-1})))
         with the request's settings, over the drafter's vocabulary when it has one (then its index in

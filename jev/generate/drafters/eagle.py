@@ -88,8 +88,6 @@ class EagleNet(nn.Module):
 class EagleDrafter:
     """Drafts `K` tokens per round, one layer pass each, from the target's states and its own predictions."""
 
-    taps: tuple[int, ...] = ()  # it reads the target's final states alone
-
     def __init__(self, net: EagleNet, target: Model) -> None:
         config = net.layer.config
         if config.hidden_size != target.config.hidden_size:

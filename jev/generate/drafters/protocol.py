@@ -72,15 +72,9 @@ class Drafter(Protocol):
 @runtime_checkable
 class ReadsTargetStates(Drafter, Protocol):
     """A drafter that drafts from the target's hidden states; `generate` never lets it draft for a
-    sequence it has not yet been shown a state for (such a round is a plain decoding step).
-
-    `taps`: the target layers whose output states it reads beside the final ones (`Model.hidden_states`),
-    which every pass `generate` runs then gives it."""
-
-    taps: tuple[int, ...]
+    sequence it has not yet been shown a state for (such a round is a plain decoding step)."""
 
     def observe(self, states: torch.Tensor, followers: torch.Tensor, counts: torch.Tensor) -> None:
         """The target read `counts[b]` new positions of sequence b into its cache (0: none). `states
-        [B, T, D * (1 + len(taps))]`: its final hidden states there (then the tapped layers'), in the first
-        `counts[b]` columns; `followers [B, T]`: the token after each of those positions (the last one
-        real is the new pending token)."""
+        [B, T, D]`: its final hidden states there, in the first `counts[b]` columns; `followers [B, T]`:
+        the token after each of those positions (the last one real is the new pending token)."""
