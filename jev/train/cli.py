@@ -247,8 +247,7 @@ def _add_drafter(train_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--objective", choices=OBJECTIVES, default=dspark.objective,
         help="(dspark) train the drafted distributions by KL(p || q), by the rejection chance at T = 1, "
-        "TV(p, q), by their sum, or by -log q(the target's top token), what greedy decoding keeps "
-        "(default: %(default)s)",
+        "TV(p, q), or by their sum (default: %(default)s)",
     )
     parser.add_argument(
         "--position-decay", type=float, default=dspark.position_decay, metavar="GAMMA",

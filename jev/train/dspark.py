@@ -6,8 +6,7 @@ target's LM head, not the target's layers, and a block read again in a later epo
 Each step picks `anchors` positions i per block of its batch. From the target's hidden state at
 i - 1 and token t_i the drafter predicts positions i + 1 .. i + K; position j is trained towards the
 target's own distribution there (`objective`: by KL(p_target || q_drafter), by TV(p, q), the chance
-the accept rule rejects the draft at T = 1, by their sum, or by the cross-entropy of the target's own
-top token, what greedy decoding keeps), with the text's t_{i+j-1} as the
+the accept rule rejects the draft at T = 1, or by their sum), with the text's t_{i+j-1} as the
 Markov head's previous token (teacher forcing, as the AR drafter reads the text). The confidence
 head learns, by binary cross-entropy, DSpark's label c* = sum_v min(p, q) = 1 - TV(p, q), the chance
 position j is accepted when the ones before it were.
@@ -24,7 +23,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -46,7 +45,7 @@ from jev.train.drafter import DistillSettings, frequent_tokens
 from jev.train.optim import build_optimizer, lr_at
 from jev.train.provenance import git_commit
 
-OBJECTIVES = ("kl", "tv", "kl+tv", "greedy")
+OBJECTIVES = ("kl", "tv", "kl+tv")
 
 
 @dataclass(kw_only=True)
@@ -68,9 +67,8 @@ class DSparkSettings(DistillSettings):
     weights: Weights = "auto"
     autocast: bool | None = None
     # What the drafted distributions are trained by: KL(p || q), the total variation 1 - sum min(p, q)
-    # (the chance the accept rule rejects a draft at T = 1), their sum, or -log q(argmax p) (greedy
-    # decoding keeps a draft exactly when it is the target's top token; text fields are greedy by default).
-    objective: Literal["kl", "tv", "kl+tv", "greedy"] = "kl"
+    # (the chance the accept rule rejects a draft at T = 1), or their sum.
+    objective: Literal["kl", "tv", "kl+tv"] = "kl"
     # A DSpark drafter folder of this shape whose weights the run starts from (None: random), to
     # go on training a drafter, by another objective or on other text.
     init: Path | None = None
@@ -134,17 +132,6 @@ class StepStates:
         return self.order[step], self.states[self.rows[step * batch : (step + 1) * batch]]
 
 
-class DraftLosses(NamedTuple):
-    """Per drafted position `[positions]`: KL(p_target || q), TV(p_target, q) and -log q(argmax p_target);
-    the confidence head's loss; and its label c* `[positions]` (mean acceptance per position, T = 1)."""
-
-    kl: torch.Tensor
-    tv: torch.Tensor
-    greedy: torch.Tensor
-    confidence: torch.Tensor
-    label: torch.Tensor
-
-
 def dspark_loss(
     head: DSparkHead,
     lm_head: nn.Module,
@@ -153,8 +140,10 @@ def dspark_loss(
     hidden: torch.Tensor,
     anchors: int,
     generator: torch.Generator,
-) -> DraftLosses:
-    """The losses over random anchors of `inputs [B, T]`.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """KL(p_target || q) and TV(p_target, q) per drafted position `[positions]`, the confidence head's loss
+    over random anchors of `inputs [B, T]`, and the label c* `[positions]` (mean acceptance per drafted
+    position, T = 1).
 
     `hidden [B, T, D]` is the target's final hidden states over `inputs`; `lm_head` and `embed` are its
     head and embeddings, so p_target is `softmax(lm_head(hidden))` at the drafted positions."""
@@ -171,10 +160,9 @@ def dspark_loss(
     q_log = F.log_softmax(logits.float(), dim=-1)
     kl = (p * (p_log - q_log)).sum(-1).mean(0)
     overlap = torch.minimum(p, q_log.exp()).sum(-1)
-    greedy = -q_log.gather(-1, p.argmax(-1, keepdim=True)).squeeze(-1).mean(0)
     label = overlap.detach().clamp(0, 1)
     confidence = F.binary_cross_entropy_with_logits(acceptance.float(), label)
-    return DraftLosses(kl, 1 - overlap.mean(0), greedy, confidence, label.mean(0))
+    return kl, 1 - overlap.mean(0), confidence, label.mean(0)
 
 
 def position_weights(positions: int, gamma: float) -> torch.Tensor:
@@ -275,15 +263,16 @@ def distill_dspark(settings: DSparkSettings) -> Path:
         blocks, hidden = states.step(step)
         inputs = data.train[blocks, :-1].long()
         with bfloat16_autocast(autocast):
-            step_losses = dspark_loss(head, lm_head, embed, inputs, hidden, settings.anchors, generator)
-        kl, tv = step_losses.kl, step_losses.tv
-        distill = {"kl": kl, "tv": tv, "kl+tv": kl + tv, "greedy": step_losses.greedy}[settings.objective]
-        ((weights * distill).mean() + step_losses.confidence).backward()
+            kl, tv, confidence, label = dspark_loss(
+                head, lm_head, embed, inputs, hidden, settings.anchors, generator
+            )
+        distill = {"kl": kl, "tv": tv, "kl+tv": kl + tv}[settings.objective]
+        ((weights * distill).mean() + confidence).backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(kl.detach().mean()))
-        acceptance.append(step_losses.label)
+        acceptance.append(label)
         if step % 10 == 0:
             progress.set_postfix(kl=f"{recent_kl(losses):.3f}")
     vocab = None
