@@ -61,14 +61,14 @@ def seconds(
     draft_len: int = DRAFT_LEN,
 ) -> tuple[float, int]:
     """Wall time of one greedy generation after its prompts are read, plainly or under `policy`."""
-    with torch.no_grad():  # as `generate` runs: a cache made in inference mode is read-only outside it
+    with torch.inference_mode():  # as `jev serve` writes text fields (`Decider`)
         state = TargetState.prefill(target, prompts, max(map(len, prompts)) + NEW_TOKENS + DRAFT_LEN + 1)
-    started = time.perf_counter()
-    out = generate(
-        target, prompts, NEW_TOKENS, temperature=0.0, drafter=drafter if policy else None,
-        draft_len=draft_len, policy=policy, stop=stop, state=state,
-    )
-    return time.perf_counter() - started, out.stats.target_passes
+        started = time.perf_counter()
+        out = generate(
+            target, prompts, NEW_TOKENS, temperature=0.0, drafter=drafter if policy else None,
+            draft_len=draft_len, policy=policy, stop=stop, state=state,
+        )
+        return time.perf_counter() - started, out.stats.target_passes
 
 
 def main(argv: list[str] | None = None) -> int:

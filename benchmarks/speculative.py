@@ -118,23 +118,24 @@ def decode(
     # The prompts are read first and not timed: a subject line is a few tokens after a prompt of a
     # hundred or more, and a run whose samples stop sooner would otherwise spread the same prefill
     # over fewer tokens.
-    with torch.no_grad():
+    # Inference mode, as `jev serve` writes text fields (`Decider`): under `no_grad` alone a pass costs more.
+    with torch.inference_mode():
         state = TargetState.prefill(target, prompts, max(map(len, prompts)) + new_tokens + max(room, draft_len) + 1)
-    started = time.perf_counter()
-    out = generate(
-        target,
-        prompts,
-        new_tokens,
-        temperature=temperature,
-        seed=0,
-        drafter=drafter,
-        draft_len=draft_len,
-        policy=policy,
-        stop=stop,
-        state=state,
-        shrink=shrink,
-    )
-    return time.perf_counter() - started, sum(len(t) for t in out.tokens), out.stats
+        started = time.perf_counter()
+        out = generate(
+            target,
+            prompts,
+            new_tokens,
+            temperature=temperature,
+            seed=0,
+            drafter=drafter,
+            draft_len=draft_len,
+            policy=policy,
+            stop=stop,
+            state=state,
+            shrink=shrink,
+        )
+        return time.perf_counter() - started, sum(len(t) for t in out.tokens), out.stats
 
 
 def measures(decoded: list[tuple[float, int, GenerationStats]], draft_len: int, drafted: bool) -> dict[str, Any]:

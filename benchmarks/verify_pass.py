@@ -31,7 +31,7 @@ def pass_seconds(model: Model, lengths: list[int], context: int, repeats: int) -
     extend = torch.tensor(lengths)
 
     def one() -> None:
-        with torch.no_grad():
+        with torch.inference_mode():  # as `jev serve` extends caches (`Decider`)
             model(new, cache=cache, lengths=extend)
         cache.truncate(torch.full((rows,), context))
 
