@@ -134,10 +134,16 @@ def test_no_draft_round_costs_a_plain_step() -> None:
     assert spec.stats.target_passes == plain.stats.target_passes and spec.stats.drafted == 0
 
 
-def test_profile_measures_a_real_model() -> None:
-    profile = VerifyProfile.measure(random_model(tiny_config(), seed=0), rows=(1, 8), context=8, width=3, repeats=1)
+def test_profile_measures_a_real_model_in_inference_mode() -> None:
+    """Timed as a decision's text fields run (`Decider` writes them in inference mode): under `no_grad`
+    alone a pass costs more, which would price drafting wrong."""
+    model = random_model(tiny_config(), seed=0)
+    modes = []
+    model.register_forward_pre_hook(lambda module, args: modes.append(torch.is_inference_mode_enabled()))
+    profile = VerifyProfile.measure(model, rows=(1, 8), context=8, width=3, repeats=1)
     assert profile.rows == (1, 8) and profile.widths == (1, 2, 3)
     assert all(t > 0 for row in profile.seconds for t in row)
+    assert modes and all(modes)
 
 
 def holding(scheduler: LoadAwareScheduler, survival: list[float]) -> LoadAwareScheduler:
