@@ -154,6 +154,7 @@ def holding(scheduler: LoadAwareScheduler, survival: list[float]) -> LoadAwareSc
     scheduler.verified_at = [float(outcomes)] * len(survival)
     scheduler.accepted_at = [outcomes * s for s in survival]
     scheduler.estimated_at = [outcomes * s for s in survival]
+    scheduler.rounds_at = [LoadAwareScheduler.MIN_ROUNDS] * len(survival)
     return scheduler
 
 
@@ -459,3 +460,20 @@ def test_a_later_position_not_yet_measured_counts_as_holding_whenever_the_one_be
     expected = scheduler._expected_survival(3)
     assert expected[2] == expected[1] == pytest.approx(scheduler.accepted_at[1] / scheduler.verified_at[1])
     assert LoadAwareScheduler(profile).verify_lengths(claims, on(1)).tolist() == [2], "nothing measured: optimistic"
+
+
+def test_one_wide_round_measures_no_position() -> None:
+    """A first round of 32 sequences verifying two drafts each, in which 12 first drafts held and 2
+    second ones (a subject line's first tokens), leaves the second position unmeasured: at one
+    sequence, with the first measured at 0.6 over MIN_ROUNDS rounds, the second still counts as
+    holding whenever the first held and is verified (a pass of 1, 2 and 3 positions takes 1, 1.2
+    and 1.4 s). Measured on that one round, its rate of 2 in 32 would have kept it unverified for
+    good: a position no round verifies keeps its rate."""
+    profile = VerifyProfile.by_positions((1, 2, 3), (1.0, 1 / 1.2, 1 / 1.4))
+    scheduler = LoadAwareScheduler(profile)
+    scheduler.record(torch.full((32,), 2), torch.tensor([2] * 2 + [1] * 10 + [0] * 20))
+    assert scheduler.verified_at[1] >= LoadAwareScheduler.MIN_OUTCOMES
+    assert not scheduler._measured(1)
+    scheduler = holding(scheduler, [0.6])
+    claims = torch.tensor([[0.6, 0.1]], dtype=torch.float64)
+    assert scheduler.verify_lengths(claims, on(1)).tolist() == [2]

@@ -167,20 +167,27 @@ class LoadAwareScheduler:
     their last ROUNDS_KEPT measurements, so one slow round moves none of them. Those costs and the
     acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
     against how many the drafter's survival estimates predicted, over about the last WINDOW drafts
-    verified there; until a position has been verified MIN_OUTCOMES times, the drafter's estimates
-    for the first, and for a later one the survival of the one before it) decide how deep the next
-    round drafts, if at all; the first round, with nothing measured, is
+    verified there; until a position is measured, MIN_OUTCOMES verifications in MIN_ROUNDS rounds,
+    the drafter's estimates for the first, and for a later one the survival of the one before it)
+    decide how deep the next round drafts, if at all; the first round, with nothing measured, is
     optimistic, a plain run is broken now and then by a one-token probe (PROBE_SHARE), and a
     drafting run by a plain round (PLAIN_EVERY) that keeps `ratio` current. A probe verifies its
-    draft whatever the drafter claims for it. Until the first draft position has been verified
-    MIN_OUTCOMES times, every round drafts and verifies at least one token (where the drafter has
+    draft whatever the drafter claims for it. Until the first draft position is measured, every
+    round drafts and verifies at least one token (where the drafter has
     run at that number of sequences before, or drafts on its own estimate): the shipped drafter's
     claims run low (greedy, less than half the rate that held), and a warm-up whose optimistic
     first round verified nothing on them left a fresh scheduler decoding plainly on those claims.
     All of it comes from past rounds, so no verify decision depends on the tokens it decides about.
     """
 
+    # A position's rate counts as measured once it has been verified MIN_OUTCOMES times in at least
+    # MIN_ROUNDS rounds: one round's drafts hold or fail together (its sequences are at one point of their
+    # texts, such as a subject line's first token), so a single wide round measures nothing. The
+    # benchmark's warm-up, its first round verifying seven drafts for each of 32 sequences, once measured
+    # positions 2 to 7 at 2 of 32 held, and at one sequence the scheduler then never verified a second
+    # draft again, where three paid (2026-12-07, a probe).
     MIN_OUTCOMES = 8
+    MIN_ROUNDS = 4
     # Each draft verified at position j weighs 1 - 1 / WINDOW as much per later draft verified there.
     # Per draft, not per round: at one sequence a round verifies one draft, and measured over the
     # last ten rounds (a fade of 0.9 a round, before 2026-12-05) a first draft that holds 37% of the
@@ -227,6 +234,8 @@ class LoadAwareScheduler:
         self.verified_at: list[float] = []
         self.accepted_at: list[float] = []
         self.estimated_at: list[float] = []
+        # Per draft position: how many rounds verified it (unfaded).
+        self.rounds_at: list[int] = []
         self._mark: tuple[int, int, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
         self._probing = False
@@ -299,6 +308,7 @@ class LoadAwareScheduler:
         for j in range(width):
             self.verified_at[j] += sum(v > j for v in verified)
             self.accepted_at[j] += sum(a > j for a in accepted)
+            self.rounds_at[j] += 1
 
     def _forget(self, width: int, rows: int) -> None:
         """Before a round in which `rows` sequences verify `width` drafts each is counted, the counts
@@ -317,10 +327,16 @@ class LoadAwareScheduler:
         if grow > 0:
             for counts in (self.verified_at, self.accepted_at, self.estimated_at):
                 counts += [0.0] * grow
+            self.rounds_at += [0] * grow
 
     def _measured(self, j: int) -> bool:
-        """Whether draft position j has been verified MIN_OUTCOMES times (its rate is measured)."""
-        return j < len(self.verified_at) and self.verified_at[j] >= self.MIN_OUTCOMES
+        """Whether draft position j has been verified MIN_OUTCOMES times in at least MIN_ROUNDS rounds
+        (its rate is measured)."""
+        return (
+            j < len(self.verified_at)
+            and self.verified_at[j] >= self.MIN_OUTCOMES
+            and self.rounds_at[j] >= self.MIN_ROUNDS
+        )
 
     def _factors(self, depth: int) -> list[float]:
         """Per position up to `depth`: how many drafts were accepted there against how many the
