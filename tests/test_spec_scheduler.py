@@ -155,6 +155,7 @@ def holding(scheduler: LoadAwareScheduler, survival: list[float]) -> LoadAwareSc
     scheduler.accepted_at = [outcomes * s for s in survival]
     scheduler.estimated_at = [outcomes * s for s in survival]
     scheduler.rounds_at = [LoadAwareScheduler.MIN_ROUNDS] * len(survival)
+    scheduler.stale_at = [0] * len(survival)
     return scheduler
 
 
@@ -476,4 +477,20 @@ def test_one_wide_round_measures_no_position() -> None:
     assert not scheduler._measured(1)
     scheduler = holding(scheduler, [0.6])
     claims = torch.tensor([[0.6, 0.1]], dtype=torch.float64)
+    assert scheduler.verify_lengths(claims, on(1)).tolist() == [2]
+
+
+def test_a_position_measured_low_is_measured_again_after_stale_rounds() -> None:
+    """The second position measured holding 6 times in 100, the third 5 (a pass of 1, 2 and 3
+    positions takes 1, 1.2 and 1.4 s): rounds verify one draft. After STALE_ROUNDS of them the
+    second position's counts are dropped, so it counts as holding whenever the first held and is
+    verified again; the third keeps its measured rate."""
+    profile = VerifyProfile.by_positions((1, 2, 3), (1.0, 1 / 1.2, 1 / 1.4))
+    scheduler = holding(LoadAwareScheduler(profile), [0.6, 0.06, 0.05])
+    claims = torch.tensor([[0.6, 0.06, 0.05]], dtype=torch.float64)
+    for _ in range(LoadAwareScheduler.STALE_ROUNDS):
+        assert scheduler._measured(1)
+        assert scheduler.verify_lengths(claims, on(1)).tolist() == [1]
+        scheduler.record(torch.tensor([1]), torch.tensor([1]))
+    assert not scheduler._measured(1) and scheduler._measured(2)
     assert scheduler.verify_lengths(claims, on(1)).tolist() == [2]

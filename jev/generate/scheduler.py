@@ -188,6 +188,11 @@ class LoadAwareScheduler:
     # draft again, where three paid (2026-12-07, a probe).
     MIN_OUTCOMES = 8
     MIN_ROUNDS = 4
+    # A measured position is verified only where it pays, so a rate measured low is never measured
+    # again unless it is forgotten: once STALE_ROUNDS drafted rounds in a row have verified up to the
+    # position before it, its counts are dropped and the next rounds verify and measure it anew
+    # (MIN_OUTCOMES in MIN_ROUNDS rounds, one position at a time: deeper ones keep their rates).
+    STALE_ROUNDS = 64
     # Each draft verified at position j weighs 1 - 1 / WINDOW as much per later draft verified there.
     # Per draft, not per round: at one sequence a round verifies one draft, and measured over the
     # last ten rounds (a fade of 0.9 a round, before 2026-12-05) a first draft that holds 37% of the
@@ -234,8 +239,10 @@ class LoadAwareScheduler:
         self.verified_at: list[float] = []
         self.accepted_at: list[float] = []
         self.estimated_at: list[float] = []
-        # Per draft position: how many rounds verified it (unfaded).
+        # Per draft position: how many rounds verified it (unfaded), and how many drafted rounds in a
+        # row have stopped just before it.
         self.rounds_at: list[int] = []
+        self.stale_at: list[int] = []
         self._mark: tuple[int, int, float, float] | None = None
         self._draft_started: tuple[float, int, int] | None = None
         self._probing = False
@@ -309,14 +316,28 @@ class LoadAwareScheduler:
             self.verified_at[j] += sum(v > j for v in verified)
             self.accepted_at[j] += sum(a > j for a in accepted)
             self.rounds_at[j] += 1
+            self.stale_at[j] = 0
+        self._age(width)
+
+    def _age(self, width: int) -> None:
+        """After a drafted round that verified `width` drafts, the measured position after them ages
+        by a round; at STALE_ROUNDS its counts are dropped (see STALE_ROUNDS)."""
+        if width == 0 or not self._measured(width):
+            return
+        self.stale_at[width] += 1
+        if self.stale_at[width] >= self.STALE_ROUNDS:
+            for counts in (self.verified_at, self.accepted_at, self.estimated_at):
+                counts[width] = 0.0
+            self.rounds_at[width] = self.stale_at[width] = 0
 
     def _forget(self, width: int, rows: int) -> None:
         """Before a round in which `rows` sequences verify `width` drafts each is counted, the counts
         of positions 1..width so far weigh (1 - 1 / WINDOW)^rows as much: acceptance at a position is
         measured over about its last WINDOW verified drafts, so it follows the texts now being
         written (a service's traffic, a batch of other prompts) instead of all it has seen. A position
-        no round verifies keeps its counts, and with them its measured rate; and a count that has
-        reached MIN_OUTCOMES stays there (it fades by less than the round adds)."""
+        no round verifies keeps its counts, and with them its measured rate, until STALE_ROUNDS
+        rounds drop them (`_age`); and a count that has reached MIN_OUTCOMES stays there (it fades
+        by less than the round adds)."""
         fade = (1.0 - 1.0 / self.WINDOW) ** rows
         for counts in (self.verified_at, self.accepted_at, self.estimated_at):
             counts[:width] = [fade * c for c in counts[:width]]
@@ -328,6 +349,7 @@ class LoadAwareScheduler:
             for counts in (self.verified_at, self.accepted_at, self.estimated_at):
                 counts += [0.0] * grow
             self.rounds_at += [0] * grow
+            self.stale_at += [0] * grow
 
     def _measured(self, j: int) -> bool:
         """Whether draft position j has been verified MIN_OUTCOMES times in at least MIN_ROUNDS rounds
