@@ -183,14 +183,14 @@ class LoadAwareScheduler:
     # A position's rate counts as measured once it has been verified MIN_OUTCOMES times in at least
     # MIN_ROUNDS rounds: one round's drafts hold or fail together (its sequences are at one point of their
     # texts, such as a subject line's first token), so a single wide round measures nothing. The
-    # benchmark's warm-up, its first round verifying seven drafts for each of 32 sequences, once measured
-    # positions 2 to 7 at 2 of 32 held, and at one sequence the scheduler then never verified a second
-    # draft again, where three paid (2026-12-07, a probe).
+    # benchmark's warm-up, opening with rounds that verified seven drafts for each of 32 sequences, once
+    # measured positions 2 to 7 at 6% held, and at one sequence the scheduler then never verified a
+    # second draft again, where three paid (2026-12-07, a probe).
     MIN_OUTCOMES = 8
     MIN_ROUNDS = 4
     # A measured position is verified only where it pays, so a rate measured low is never measured
-    # again unless it is forgotten: once STALE_ROUNDS drafted rounds in a row have verified up to the
-    # position before it, its counts are dropped and the next rounds verify and measure it anew
+    # again unless it is forgotten: once STALE_ROUNDS drafted rounds since it was last verified have
+    # stopped just before it, its counts are dropped and the next rounds verify and measure it anew
     # (MIN_OUTCOMES in MIN_ROUNDS rounds, one position at a time: deeper ones keep their rates).
     STALE_ROUNDS = 64
     # Each draft verified at position j weighs 1 - 1 / WINDOW as much per later draft verified there.
