@@ -466,18 +466,21 @@ def test_a_later_position_not_yet_measured_counts_as_holding_whenever_the_one_be
 def test_one_wide_round_measures_no_position() -> None:
     """A first round of 32 sequences verifying two drafts each, in which 12 first drafts held and 2
     second ones (a subject line's first tokens), leaves the second position unmeasured: at one
-    sequence, with the first measured at 0.6 over MIN_ROUNDS rounds, the second still counts as
-    holding whenever the first held and is verified (a pass of 1, 2 and 3 positions takes 1, 1.2
-    and 1.4 s). Measured on that one round, its rate of 2 in 32 would have kept it unverified for
-    good: a position no round verifies keeps its rate."""
+    sequence, the first taken as measured, the second still counts as holding whenever the first
+    held and is verified (a pass of 1, 2 and 3 positions takes 1, 1.2 and 1.4 s). Measured on that
+    one round, on the drafter's claim of 0.1, it would not be, and a position no round verifies
+    keeps its rate."""
     profile = VerifyProfile.by_positions((1, 2, 3), (1.0, 1 / 1.2, 1 / 1.4))
     scheduler = LoadAwareScheduler(profile)
     scheduler.record(torch.full((32,), 2), torch.tensor([2] * 2 + [1] * 10 + [0] * 20))
+    scheduler.estimated_at = [32 * 0.6, 32 * 0.1]  # the drafter claimed 0.6 and 0.1 for every sequence
     assert scheduler.verified_at[1] >= LoadAwareScheduler.MIN_OUTCOMES
-    assert not scheduler._measured(1)
-    scheduler = holding(scheduler, [0.6])
+    assert not scheduler._measured(0) and not scheduler._measured(1)
+    scheduler.rounds_at[0] = LoadAwareScheduler.MIN_ROUNDS
     claims = torch.tensor([[0.6, 0.1]], dtype=torch.float64)
     assert scheduler.verify_lengths(claims, on(1)).tolist() == [2]
+    scheduler.rounds_at[1] = LoadAwareScheduler.MIN_ROUNDS
+    assert scheduler.verify_lengths(claims, on(1)).tolist() == [1]
 
 
 def test_a_position_measured_low_is_measured_again_after_stale_rounds() -> None:

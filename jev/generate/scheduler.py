@@ -239,8 +239,8 @@ class LoadAwareScheduler:
         self.verified_at: list[float] = []
         self.accepted_at: list[float] = []
         self.estimated_at: list[float] = []
-        # Per draft position: how many rounds verified it (unfaded), and how many drafted rounds in a
-        # row have stopped just before it.
+        # Per draft position: how many rounds verified it (unfaded), and how many drafted rounds have
+        # stopped just before it since it was last verified.
         self.rounds_at: list[int] = []
         self.stale_at: list[int] = []
         self._mark: tuple[int, int, float, float] | None = None
