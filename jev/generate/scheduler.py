@@ -336,8 +336,8 @@ class LoadAwareScheduler:
         measured over about its last WINDOW verified drafts, so it follows the texts now being
         written (a service's traffic, a batch of other prompts) instead of all it has seen. A position
         no round verifies keeps its counts, and with them its measured rate, until STALE_ROUNDS
-        rounds drop them (`_age`); and a count that has reached MIN_OUTCOMES stays there (it fades
-        by less than the round adds)."""
+        drafted rounds stopping just before it drop them (`_age`); and a count that has reached
+        MIN_OUTCOMES stays there (it fades by less than the round adds)."""
         fade = (1.0 - 1.0 / self.WINDOW) ** rows
         for counts in (self.verified_at, self.accepted_at, self.estimated_at):
             counts[:width] = [fade * c for c in counts[:width]]
