@@ -497,3 +497,14 @@ def test_a_position_measured_low_is_measured_again_after_stale_rounds() -> None:
         scheduler.record(torch.tensor([1]), torch.tensor([1]))
     assert not scheduler._measured(1) and scheduler._measured(2)
     assert scheduler.verify_lengths(claims, on(1)).tolist() == [2]
+
+
+def test_a_position_not_yet_measured_never_makes_a_round_draft_on_its_own() -> None:
+    """A pass of 1, 2 and 3 positions takes 1, 1.3 and 1.4 s; only the first draft is measured. At
+    0.25 it does not pay alone (1.25 tokens in 1.3 s), and the round is plain, though a second
+    draft counted as holding whenever the first held would (1.5 tokens in 1.4 s): re-measuring a
+    forgotten position would otherwise draft where drafting does not pay. At 0.35 the first pays
+    (1.35 in 1.3 s), and the second rides along on that count (1.7 in 1.4 s)."""
+    profile = VerifyProfile.by_positions((1, 2, 3), (1.0, 1 / 1.3, 1 / 1.4))
+    assert holding(LoadAwareScheduler(profile), [0.25]).draft_depth(on(1), 2) == 0
+    assert holding(LoadAwareScheduler(profile), [0.35]).draft_depth(on(1), 2) == 2

@@ -257,10 +257,17 @@ class LoadAwareScheduler:
         rows, n_active = len(active), int(active.sum())
         if n_active == 0 or draft_len == 0:
             return 0
-        sums = [n_active * s for s in self._expected_survival(draft_len)]
+        first_known = self._measured(0)
+        # Once the first draft is measured, a later position not yet measured (or forgotten, `_age`)
+        # is counted as holding only in rounds that draft on the measured ones: re-measuring it
+        # costs those rounds a little width, where a round drafting for it alone costs a drafting.
+        sums = [n_active * s for s in self._expected_survival(draft_len, optimistic=not first_known)]
         theta = self._throughput(sums, n_active, rows, drafting=True)
         depth = max(range(len(theta)), key=theta.__getitem__)
-        first_known = self._measured(0)
+        if depth and first_known:
+            sums = [n_active * s for s in self._expected_survival(draft_len)]
+            theta = self._throughput(sums, n_active, rows, drafting=True)
+            depth = max(range(len(theta)), key=theta.__getitem__)
         if depth == 0 and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
             tokens = n_active + sums[0]
             if not first_known or self.plain_seconds * self.PROBE_SHARE > tokens / theta[1] - tokens / theta[0]:
@@ -394,17 +401,21 @@ class LoadAwareScheduler:
                 out[j] = out[j - 1]
         return out
 
-    def _expected_survival(self, depth: int) -> list[float]:
+    def _expected_survival(self, depth: int, optimistic: bool = True) -> list[float]:
         """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
         MIN_OUTCOMES times; the first, before that, the drafter's last claim for it (1 before any);
-        a later one, before that, the one before it (`_optimistic`)."""
+        a later one, before that, the one before it (`_optimistic`), or, not `optimistic`, 0 from
+        there on (what the measured positions alone promise)."""
         estimate = [1.0] * depth
         if depth and self.first_claim is not None:
             estimate[0] = self.first_claim
         for j in range(min(depth, len(self.verified_at))):
             if self._measured(j):
                 estimate[j] = self.accepted_at[j] / max(self.verified_at[j], 1e-12)
-        return self._optimistic(estimate)
+        if optimistic:
+            return self._optimistic(estimate)
+        unmeasured = next((j for j in range(1, depth) if not self._measured(j)), depth)
+        return estimate[:unmeasured] + [0.0] * (depth - unmeasured)
 
     def _throughput(self, survival_sums: list[float], n: int, rows: int, drafting: bool) -> list[float]:
         """`[K + 1]` Θ(w): expected tokens per second of a round in which each of `n` rows verifies w
