@@ -168,12 +168,13 @@ class LoadAwareScheduler:
     acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
     against how many the drafter's survival estimates predicted, over about the last WINDOW drafts
     verified there; until a position is measured, MIN_OUTCOMES verifications in MIN_ROUNDS rounds,
-    the drafter's estimates for the first, and for a later one the survival of the one before it)
-    decide how deep the next round drafts, if at all; the first round, with nothing measured, is
-    optimistic, a plain run is broken now and then by a one-token probe (PROBE_SHARE), and a
-    drafting run by a plain round (PLAIN_EVERY) that keeps `ratio` current. A probe verifies its
-    draft whatever the drafter claims for it. Until the first draft position is measured, every
-    round drafts and verifies at least one token (where the drafter has
+    the drafter's estimates for the first, and for a later one the survival of the one before it,
+    though only in rounds that would draft on the measured positions alone, once the first is
+    measured) decide how deep the next round drafts, if at all; the first round, with nothing
+    measured, is optimistic, a plain run is broken now and then by a one-token probe
+    (PROBE_SHARE), and a drafting run by a plain round (PLAIN_EVERY) that keeps `ratio` current.
+    A probe verifies its draft whatever the drafter claims for it. Until the first draft position
+    is measured, every round drafts and verifies at least one token (where the drafter has
     run at that number of sequences before, or drafts on its own estimate): the shipped drafter's
     claims run low (greedy, less than half the rate that held), and a warm-up whose optimistic
     first round verified nothing on them left a fresh scheduler decoding plainly on those claims.
@@ -190,8 +191,11 @@ class LoadAwareScheduler:
     MIN_ROUNDS = 4
     # A measured position is verified only where it pays, so a rate measured low is never measured
     # again unless it is forgotten: once STALE_ROUNDS drafted rounds since it was last verified have
-    # stopped just before it, its counts are dropped and the next rounds verify and measure it anew
-    # (MIN_OUTCOMES in MIN_ROUNDS rounds, one position at a time: deeper ones keep their rates).
+    # stopped just before it, its counts are dropped and the next rounds that draft verify and measure
+    # it anew (MIN_OUTCOMES in MIN_ROUNDS rounds, one position at a time: deeper ones keep their rates).
+    # Counted as holding whenever the one before held only in rounds that draft anyway (`draft_depth`):
+    # counted so in every round, it made bodies at 4 and 16 sequences draft where nothing paid
+    # (verifying 0.30 and 0.36 drafts a round, 2026-12-07).
     STALE_ROUNDS = 64
     # Each draft verified at position j weighs 1 - 1 / WINDOW as much per later draft verified there.
     # Per draft, not per round: at one sequence a round verifies one draft, and measured over the
