@@ -193,9 +193,9 @@ class LoadAwareScheduler:
     # again unless it is forgotten: once STALE_ROUNDS drafted rounds since it was last verified have
     # stopped just before it, its counts are dropped and the next rounds that draft verify and measure
     # it anew (MIN_OUTCOMES in MIN_ROUNDS rounds, one position at a time: deeper ones keep their rates).
-    # Counted as holding whenever the one before held only in rounds that draft anyway (`draft_depth`):
-    # counted so in every round, it made bodies at 4 and 16 sequences draft where nothing paid
-    # (verifying 0.30 and 0.36 drafts a round, 2026-12-07).
+    # Until then it counts as holding whenever the one before held, but only in rounds that draft
+    # anyway (`draft_depth`): counted so in every round, it made bodies at 4 and 16 sequences draft
+    # where nothing paid (verifying 0.30 and 0.36 drafts a round, 2026-12-07).
     STALE_ROUNDS = 64
     # Each draft verified at position j weighs 1 - 1 / WINDOW as much per later draft verified there.
     # Per draft, not per round: at one sequence a round verifies one draft, and measured over the
