@@ -265,13 +265,9 @@ class LoadAwareScheduler:
         # Once the first draft is measured, a later position not yet measured (or forgotten, `_age`)
         # is counted as holding only in rounds that draft on the measured ones: re-measuring it
         # costs those rounds a little width, where a round drafting for it alone costs a drafting.
-        sums = [n_active * s for s in self._expected_survival(draft_len, optimistic=not first_known)]
-        theta = self._throughput(sums, n_active, rows, drafting=True)
-        depth = max(range(len(theta)), key=theta.__getitem__)
+        sums, theta, depth = self._best_depth(draft_len, n_active, rows, optimistic=not first_known)
         if depth and first_known:
-            sums = [n_active * s for s in self._expected_survival(draft_len)]
-            theta = self._throughput(sums, n_active, rows, drafting=True)
-            depth = max(range(len(theta)), key=theta.__getitem__)
+            sums, theta, depth = self._best_depth(draft_len, n_active, rows, optimistic=True)
         if depth == 0 and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
             tokens = n_active + sums[0]
             if not first_known or self.plain_seconds * self.PROBE_SHARE > tokens / theta[1] - tokens / theta[0]:
@@ -287,6 +283,15 @@ class LoadAwareScheduler:
             self.plain_seconds += n_active / theta[0]
             self._start_round(rows, 0)
         return depth
+
+    def _best_depth(
+        self, draft_len: int, n_active: int, rows: int, optimistic: bool
+    ) -> tuple[list[float], list[float], int]:
+        """The expected survival sums of `n_active` sequences up to `draft_len` (`_expected_survival`),
+        Θ of drafting each depth in a pass of `rows` rows, and the depth of the highest Θ."""
+        sums = [n_active * s for s in self._expected_survival(draft_len, optimistic)]
+        theta = self._throughput(sums, n_active, rows, drafting=True)
+        return sums, theta, max(range(len(theta)), key=theta.__getitem__)
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         """Every active row verifies the width at Θ's first drop, on the drafter's survival estimates
@@ -373,7 +378,7 @@ class LoadAwareScheduler:
 
     def _factors(self, depth: int) -> list[float]:
         """Per position up to `depth`: how many drafts were accepted there against how many the
-        drafter's estimates predicted, where it has been verified MIN_OUTCOMES times; else 1."""
+        drafter's estimates predicted, where it is measured (`_measured`); else 1."""
         return [
             self.accepted_at[j] / max(self.estimated_at[j], 1e-12)
             if self._measured(j) and self.estimated_at[j] > 0
@@ -398,7 +403,7 @@ class LoadAwareScheduler:
         verified was never measured: at one sequence the scheduler verified about one draft a round
         on body continuations where three paid more (2026-12-06, `docs/benchmarks.md`). So each
         later position is verified where it would pay at the rate of the one before, until
-        MIN_OUTCOMES verifications measure it: a few rounds, once."""
+        MIN_OUTCOMES verifications in MIN_ROUNDS rounds measure it."""
         out = list(survival)
         for j in range(1, len(out)):
             if not self._measured(j):
@@ -406,10 +411,10 @@ class LoadAwareScheduler:
         return out
 
     def _expected_survival(self, depth: int, optimistic: bool = True) -> list[float]:
-        """`[depth]` P(drafts 1..j accepted): observed where a position has been verified
-        MIN_OUTCOMES times; the first, before that, the drafter's last claim for it (1 before any);
-        a later one, before that, the one before it (`_optimistic`), or, not `optimistic`, 0 from
-        there on (what the measured positions alone promise)."""
+        """`[depth]` P(drafts 1..j accepted): observed where a position is measured (`_measured`); the
+        first, before that, the drafter's last claim for it (1 before any); a later one, before
+        that, the one before it (`_optimistic`), or, not `optimistic`, 0 from there on (what the
+        measured positions alone promise)."""
         estimate = [1.0] * depth
         if depth and self.first_claim is not None:
             estimate[0] = self.first_claim
