@@ -1,4 +1,4 @@
-"""The load-aware verify-length scheduler (after DSpark's Algorithm 1) and its profile."""
+"""The load-aware verify-length scheduler (DSpark Algorithm 1) and its profile."""
 
 import collections
 import statistics
@@ -56,46 +56,45 @@ def test_free_verification_admits_every_draft() -> None:
     assert scheduler.draft_depth(on(2), 3) == 3
 
 
-def test_compute_bound_verification_skips_drafting() -> None:
+def test_compute_bound_verification_admits_nothing_and_skips_drafting() -> None:
     scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 2), (1.0, 0.5)))
     assert scheduler.draft_depth(on(4), 5) == 0
+    survival = torch.full((4, 5), 0.99, dtype=torch.float64)
+    assert scheduler.verify_lengths(survival, torch.ones(4, dtype=torch.bool)).tolist() == [0, 0, 0, 0]
 
 
-def test_every_drafted_token_is_verified_up_to_a_position_claimed_at_zero_for_every_row() -> None:
-    """The drafter's claims choose nothing among drafts; only a position where every active row
-    claims 0 (nothing proposed there can hold) ends the width, an inactive row's claim aside. A
-    compute-bound pass changes nothing once the drafts are made: drafting was the decision."""
-    scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 2), (1.0, 0.5)))
-    low = torch.tensor([[0.3, 0.01, 0.001], [0.02, 0.0, 0.0]], dtype=torch.float64)
-    assert scheduler.verify_lengths(low, on(2)).tolist() == [3, 3]
-    ends = torch.tensor([[0.3, 0.0, 0.2], [0.9, 0.0, 0.1], [0.8, 0.7, 0.6]], dtype=torch.float64)
-    assert scheduler.verify_lengths(ends, torch.tensor([True, True, False])).tolist() == [1, 1, 0]
-    assert scheduler.verify_lengths(ends, on(3)).tolist() == [3, 3, 3]
-    assert scheduler.verify_lengths(torch.zeros(2, 3, dtype=torch.float64), on(2)).tolist() == [0, 0]
+def test_every_row_verifies_the_width_where_throughput_first_drops() -> None:
+    """R = 2, pass time flat to 4 positions, then +1/3 s a position (the rectangle: 2 rows x (1 + w)).
+
+    Θ(0) = 2 / 1; Θ(1) = (2 + 0.9 + 0.5) / 1 = 3.4: rises; Θ(2) = (3.4 + 0.45 + 0.1) / (1 + 2/3) =
+    2.37: drops, so both rows verify one draft, row 1 too, whose 0.5 costs nothing in the rectangle
+    that row 0's draft opens.
+    """
+    scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 4, 7), (1.0, 1.0, 0.5)))
+    survival = torch.tensor([[0.9, 0.45], [0.5, 0.1]], dtype=torch.float64)
+    assert scheduler.verify_lengths(survival, on(2)).tolist() == [1, 1]
 
 
-def reference_depth(profile: VerifyProfile, survival: list[float], n: int, rows: int, drafting: list[float]) -> int:
-    """The best depth by explicit loops: Θ(d) = n (1 + survival up to d) / (pass of `rows` x (1 + d) +
-    `drafting[d]`), the first of the highest."""
+def reference_width(profile: VerifyProfile, survival: list[list[float]], rows: int) -> int:
+    """Θ's first drop by explicit loops: Θ(w) = (n + sum of survival up to column w) x SPS(rows (1 + w))."""
     theta = []
-    for d in range(len(survival) + 1):
-        theta.append(n * (1 + sum(survival[:d])) / (seconds(profile, rows, 1 + d) + drafting[d]))
-    return theta.index(max(theta))
+    for w in range(len(survival[0]) + 1):
+        tokens = len(survival) + sum(sum(row[:w]) for row in survival)
+        theta.append(tokens / seconds(profile, rows, 1 + w))
+        if w and theta[w] <= theta[w - 1]:
+            return w - 1
+    return len(survival[0])
 
 
-def test_draft_depth_matches_an_explicit_loop_and_counts_inactive_rows_in_the_pass() -> None:
+def test_verify_width_matches_an_explicit_loop_and_ignores_inactive_rows_survival() -> None:
     torch.manual_seed(0)
     for knee in (2, 5, 9, 20, 40):
         profile = flat_then_linear(knee)
-        survival = torch.rand(5, dtype=torch.float64).sort(descending=True).values.cumprod(0).tolist()
-        for per_token in (0.0, 0.02, 0.2):
-            scheduler = measured(survival, per_token, rows=6)
-            scheduler.ratios.clear()  # the profile's own pass times
-            drafting = [d * per_token for d in range(6)]
-            active = torch.tensor([True, True, False, True, True, True])
-            expected = reference_depth(profile, survival, n=5, rows=6, drafting=drafting)
-            scheduler.profile = profile
-            assert scheduler.draft_depth(active, 5) == expected, (knee, per_token)
+        scheduler = holding(LoadAwareScheduler(profile), [0.5] * 5)  # measured: the claims hold
+        survival = torch.rand(6, 5, dtype=torch.float64).sort(1, descending=True).values.cumprod(1)
+        active = torch.tensor([True, True, False, True, True, True])
+        expected = reference_width(profile, survival[active].tolist(), rows=6)
+        assert scheduler.verify_lengths(survival, active).tolist() == [expected] * 2 + [0] + [expected] * 3
 
 
 def test_draft_depth_picks_the_best_width_not_the_first_drop() -> None:
@@ -148,12 +147,13 @@ def test_profile_measures_a_real_model_in_inference_mode() -> None:
 
 
 def holding(scheduler: LoadAwareScheduler, survival: list[float]) -> LoadAwareScheduler:
-    """The drafter's first claim `survival[0]`, every position verified MIN_OUTCOMES times and
-    accepted at the rate `survival` gives: positions that are measured."""
+    """The drafter's estimates `survival`, every position verified MIN_OUTCOMES times and accepted at
+    that rate: positions that are measured, where the drafter's claims hold."""
     scheduler.first_claim = survival[0]
     outcomes = LoadAwareScheduler.MIN_OUTCOMES
     scheduler.verified_at = [float(outcomes)] * len(survival)
     scheduler.accepted_at = [outcomes * s for s in survival]
+    scheduler.estimated_at = [outcomes * s for s in survival]
     scheduler.rounds_at = [LoadAwareScheduler.MIN_ROUNDS] * len(survival)
     scheduler.stale_at = [0] * len(survival)
     return scheduler
@@ -179,8 +179,7 @@ def test_measured_drafting_cost_and_low_survival_turn_drafting_off() -> None:
     low = measured([0.2, 0.04, 0.01], 0.5, rows=2)
     assert low.draft_depth(on(2), 3) == 0, "2.5 tokens per 2.5 s < 2 tokens per s"
     assert measured([0.2, 0.04, 0.01], 0.01, rows=2).draft_depth(on(2), 3) == 2, "a third draft: 0.02 tokens for 0.01 s"
-    assert low.draft_depth(on(3), 3) == 0, "drafting not measured for three sequences: priced as for two"
-    assert low.draft_depth(on(1), 3) == 3, "nor for one or fewer: free, optimistic"
+    assert low.draft_depth(on(3), 3) == 3, "drafting measured for two sequences, not three: optimistic"
 
 
 def test_round_overhead_is_measured_per_number_of_sequences() -> None:
@@ -229,20 +228,7 @@ def test_drafted_rounds_pay_their_measured_extra_seconds() -> None:
     assert scheduler.draft_depth(on(1), 1) == 1
     scheduler.extras[1] = collections.deque([0.5, 0.6, 0.4])
     assert scheduler.draft_depth(on(1), 1) == 0
-
-
-def test_a_number_of_sequences_not_yet_drafted_at_is_priced_as_the_nearest_fewer() -> None:
-    """Drafting and `extra` measured at one and four sequences, not at eight: eight pays at least
-    four's (a lower bound: both grow with the sequences), never 0; below one, nothing is known."""
-    scheduler = LoadAwareScheduler(flat_then_linear(1000))
-    scheduler.draft_seconds = {1: {2: 0.1}, 4: {2: 0.4}}
-    scheduler.extras = {1: collections.deque([0.01]), 4: collections.deque([0.03, 0.05, 0.04])}
-    assert scheduler._drafting_seconds(2, 8) == pytest.approx([0.0, 0.2, 0.4])
-    assert scheduler._drafting_seconds(2, 3) == pytest.approx([0.0, 0.05, 0.1])
-    assert scheduler._extra(8) == pytest.approx(0.04) and scheduler._extra(2) == pytest.approx(0.01)
-    scheduler.draft_seconds[8] = {}
-    assert scheduler._drafting_seconds(2, 8) == pytest.approx([0.0, 0.2, 0.4]), "an empty entry measures nothing"
-    assert LoadAwareScheduler(flat_then_linear(1000))._extra(8) == 0.0
+    assert scheduler.verify_lengths(torch.tensor([[0.4]], dtype=torch.float64), on(1)).tolist() == [0]
 
 
 def test_the_extra_seconds_are_per_verified_draft() -> None:
@@ -304,8 +290,9 @@ def test_probes_come_more_often_the_nearer_drafting_is_to_paying() -> None:
 
 
 def test_a_probe_verifies_its_draft_whatever_the_drafter_claims() -> None:
-    """A probe exists to measure acceptance, so it verifies its one draft even where the drafter
-    claims 0 for it; a round that is no probe, on the same claim, verifies nothing."""
+    """A probe exists to measure acceptance, so it verifies its one draft even where the drafter's
+    claim (here 0.0) would not open a width; a round that is no probe, on the same claim, verifies
+    nothing."""
     scheduler = measured([0.0], 0.99)
     depths = [scheduler.draft_depth(on(1), 1) for _ in range(51)]
     assert depths[-1] == 1 and not any(depths[:-1])
@@ -353,12 +340,14 @@ def test_acceptance_is_measured_over_the_recent_drafts() -> None:
     weights = faded(history, rows=10)
     expected = sum(w * a for w, a in zip(weights, history, strict=True)) / (10 * sum(weights))
     assert scheduler._expected_survival(1)[0] == pytest.approx(expected) and 0.18 < expected < 0.20
+    calibrated = scheduler._calibrated_sums(torch.tensor([[0.5]], dtype=torch.float64), [0.5])
+    assert calibrated[0] == pytest.approx(expected), "its 0.5 claims held as often as observed"
 
 
 def test_observed_acceptance_overrides_the_drafters_optimism() -> None:
     """The drafter claims 0.9 survival; the accept rule accepted nothing in 8 rounds: stop drafting."""
     scheduler = measured([0.9, 0.8], 0.1)
-    scheduler.verified_at, scheduler.accepted_at = [], []  # nothing verified yet
+    scheduler.verified_at, scheduler.accepted_at, scheduler.estimated_at = [], [], []  # nothing verified yet
     assert scheduler.draft_depth(on(1), 2) == 2
     for _ in range(LoadAwareScheduler.MIN_OUTCOMES):
         scheduler.record(torch.tensor([2, 0]), torch.tensor([0, 0]))
@@ -390,20 +379,23 @@ def test_one_sequence_verifying_one_draft_a_round_keeps_a_steady_rate() -> None:
 
 
 def test_a_position_no_round_verifies_keeps_its_measured_rate() -> None:
-    """Position 2 held 1 in 10 over 20 rounds; then 20 rounds verify position 1 only. Position 2's
-    counts do not fade, so its measured rate still rules: rounds draft one token, where a fresh
-    scheduler, optimistic, drafts two (a pass of 1, 2 and 3 positions takes 1, 1.2 and 1.4 s)."""
+    """Position 2 of a drafter claiming (0.9, 0.8) held 1 in 10 over 20 rounds; then 20 rounds verify
+    position 1 only. Position 2's counts do not fade, so its measured rate still rules: the width
+    stays at 1, where on the claims alone it opens 2 (2.7 tokens in 1.4 s beat 1.9 in 1.2 s)."""
     profile = VerifyProfile.by_positions((1, 2, 3), (1.0, 1 / 1.2, 1 / 1.4))
-    assert LoadAwareScheduler(profile).draft_depth(on(1), 2) == 2
+    claims = torch.tensor([[0.9, 0.8]], dtype=torch.float64)
+    assert LoadAwareScheduler(profile).verify_lengths(claims, on(1)).tolist() == [2]
     scheduler = LoadAwareScheduler(profile)
     history = ([1] + [0] * 9) * 2
     for held in history:
+        scheduler.verify_lengths(claims, on(1))
         scheduler.record(torch.tensor([2]), torch.tensor([1 + held]))
     verified, accepted = scheduler.verified_at[1], scheduler.accepted_at[1]
     for _ in range(20):
+        assert scheduler.verify_lengths(claims[:, :1], on(1)).tolist() == [1]
         scheduler.record(torch.tensor([1]), torch.tensor([1]))
     assert scheduler.verified_at[1] == verified, "no draft verified there: no fading"
-    assert scheduler.draft_depth(on(1), 2) == 1
+    assert scheduler.verify_lengths(claims, on(1)).tolist() == [1]
     assert scheduler._expected_survival(2)[1] == pytest.approx(accepted / verified)
     assert 0.05 < accepted / verified < 0.15
 
@@ -413,6 +405,7 @@ def test_drafting_time_by_depth_is_interpolated_between_measured_depths() -> Non
     scheduler.draft_seconds = {1: {2: 0.4, 6: 0.6}}
     expected = [0.0, 0.2, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7]  # below: 0.4 * d / 2; above: 0.6 * d / 6
     assert scheduler._drafting_seconds(7, 1) == pytest.approx(expected)
+    assert scheduler._drafting_seconds(7, 4) == [0.0] * 8, "measured at one sequence, not four"
 
 
 def test_a_fixed_drafting_cost_makes_one_deep_draft_pay_where_a_shallow_one_does_not() -> None:
@@ -424,56 +417,86 @@ def test_a_fixed_drafting_cost_makes_one_deep_draft_pay_where_a_shallow_one_does
     assert scheduler.draft_depth(on(1), 4) == 4
 
 
+def test_past_rounds_calibrate_the_drafters_claims_before_a_width_is_opened() -> None:
+    """A pass of 2 positions takes 1.5 s, of 1 position 1 s. A drafter claiming 0.9 opens width 1
+    (1.9 tokens in 1.5 s beat 1 in 1 s); once a quarter of its 0.9 claims have held, its 0.9 counts
+    as 0.225 (1.225 tokens in 1.5 s) and the width stays 0."""
+    scheduler = LoadAwareScheduler(VerifyProfile.by_positions((1, 2), (1.0, 1 / 1.5)))
+    claim = torch.tensor([[0.9]], dtype=torch.float64)
+    assert scheduler.verify_lengths(claim, on(1)).tolist() == [1]
+    held = []
+    while True:
+        held.append(int(len(held) % 4 == 0))
+        scheduler.record(torch.tensor([1]), torch.tensor([held[-1]]))
+        if scheduler.verified_at[0] >= LoadAwareScheduler.MIN_OUTCOMES:
+            break
+        assert scheduler.verify_lengths(claim, on(1)).tolist() == [1], "too few outcomes to calibrate on"
+    weights = faded(held)
+    assert scheduler.estimated_at == pytest.approx([0.9 * sum(weights)])
+    assert scheduler.accepted_at == pytest.approx([sum(w * h for w, h in zip(weights, held, strict=True))])
+    assert scheduler.verify_lengths(claim, on(1)).tolist() == [0]
+
+
 def test_a_later_position_not_yet_measured_counts_as_holding_whenever_the_one_before_held() -> None:
     """A pass of 1, 2 and 3 positions takes 1, 1.2 and 1.4 s. The first draft is measured holding
-    0.6 of the time. Until the second is measured it counts as 0.6, holding whenever the first held
-    (2.2 tokens in 1.4 s beat 1.6 in 1.2 s), and rounds draft two; measured holding 1 in 10 after
-    MIN_OUTCOMES verifications (1.7 tokens in 1.4 s), they draft one, and a third position, still
-    unmeasured, counts as the second's measured rate."""
+    0.6 of the time; the drafter claims (0.6, 0.1) for a round's two drafts, on which the second
+    would not be verified (1.7 tokens in 1.4 s lose to 1.6 in 1.2 s). Until it is measured it
+    counts as 0.6, holding whenever the first held (2.2 tokens in 1.4 s), and is verified; measured
+    holding 1 in 10 after MIN_OUTCOMES verifications, it is left alone, and a third position,
+    still unmeasured, counts as the second's measured rate."""
     profile = VerifyProfile.by_positions((1, 2, 3), (1.0, 1 / 1.2, 1 / 1.4))
     scheduler = holding(LoadAwareScheduler(profile), [0.6])
+    claims = torch.tensor([[0.6, 0.1]], dtype=torch.float64)
+    assert scheduler._calibrated_sums(claims, [0.6, 0.1]) == pytest.approx([0.6, 0.6])
     rounds = 0
     while not scheduler._measured(1):
-        assert scheduler.draft_depth(on(1), 2) == 2
-        assert scheduler.verify_lengths(torch.full((1, 2), 0.1, dtype=torch.float64), on(1)).tolist() == [2]
+        assert scheduler.verify_lengths(claims, on(1)).tolist() == [2]
         scheduler.record(torch.tensor([2]), torch.tensor([2 if rounds % 10 == 0 else 1]))
         rounds += 1
     assert rounds == 10
-    assert scheduler.draft_depth(on(1), 2) == 1
+    assert scheduler.verify_lengths(claims, on(1)).tolist() == [1]
+    three = torch.tensor([[0.6, 0.1, 0.05]], dtype=torch.float64)
+    sums = scheduler._calibrated_sums(three, [0.6, 0.1, 0.05])
+    assert sums[2] == sums[1] < 0.2
     expected = scheduler._expected_survival(3)
     assert expected[2] == expected[1] == pytest.approx(scheduler.accepted_at[1] / scheduler.verified_at[1])
+    assert LoadAwareScheduler(profile).verify_lengths(claims, on(1)).tolist() == [2], "nothing measured: optimistic"
 
 
 def test_one_wide_round_measures_no_position() -> None:
     """A first round of 32 sequences verifying two drafts each, in which 12 first drafts held and 2
     second ones (a subject line's first tokens), leaves the second position unmeasured: at one
     sequence, the first taken as measured, the second still counts as holding whenever the first
-    held and rounds draft two (a pass of 1, 2 and 3 positions takes 1, 1.2 and 1.4 s). Measured on
-    that one round, it would not be drafted, and a position no round verifies keeps its rate."""
+    held and is verified (a pass of 1, 2 and 3 positions takes 1, 1.2 and 1.4 s). Measured on that
+    one round, on the drafter's claim of 0.1, it would not be, and a position no round verifies
+    keeps its rate."""
     profile = VerifyProfile.by_positions((1, 2, 3), (1.0, 1 / 1.2, 1 / 1.4))
     scheduler = LoadAwareScheduler(profile)
     scheduler.record(torch.full((32,), 2), torch.tensor([2] * 2 + [1] * 10 + [0] * 20))
+    scheduler.estimated_at = [32 * 0.6, 32 * 0.1]  # the drafter claimed 0.6 and 0.1 for every sequence
     assert scheduler.verified_at[1] >= LoadAwareScheduler.MIN_OUTCOMES
     assert not scheduler._measured(0) and not scheduler._measured(1)
     scheduler.rounds_at[0] = LoadAwareScheduler.MIN_ROUNDS
-    assert scheduler.draft_depth(on(1), 2) == 2
+    claims = torch.tensor([[0.6, 0.1]], dtype=torch.float64)
+    assert scheduler.verify_lengths(claims, on(1)).tolist() == [2]
     scheduler.rounds_at[1] = LoadAwareScheduler.MIN_ROUNDS
-    assert scheduler.draft_depth(on(1), 2) == 1
+    assert scheduler.verify_lengths(claims, on(1)).tolist() == [1]
 
 
 def test_a_position_measured_low_is_measured_again_after_stale_rounds() -> None:
     """The second position measured holding 6 times in 100, the third 5 (a pass of 1, 2 and 3
-    positions takes 1, 1.2 and 1.4 s): rounds draft one token. After STALE_ROUNDS rounds that
-    verified one draft, the second position's counts are dropped, so it counts as holding whenever
-    the first held and rounds draft it again; the third keeps its measured rate."""
+    positions takes 1, 1.2 and 1.4 s): rounds verify one draft. After STALE_ROUNDS of them the
+    second position's counts are dropped, so it counts as holding whenever the first held and is
+    verified again; the third keeps its measured rate."""
     profile = VerifyProfile.by_positions((1, 2, 3), (1.0, 1 / 1.2, 1 / 1.4))
     scheduler = holding(LoadAwareScheduler(profile), [0.6, 0.06, 0.05])
-    assert scheduler.draft_depth(on(1), 3) == 1
+    claims = torch.tensor([[0.6, 0.06, 0.05]], dtype=torch.float64)
     for _ in range(LoadAwareScheduler.STALE_ROUNDS):
         assert scheduler._measured(1)
+        assert scheduler.verify_lengths(claims, on(1)).tolist() == [1]
         scheduler.record(torch.tensor([1]), torch.tensor([1]))
     assert not scheduler._measured(1) and scheduler._measured(2)
-    assert scheduler.draft_depth(on(1), 3) == 2
+    assert scheduler.verify_lengths(claims, on(1)).tolist() == [2]
 
 
 def test_a_position_not_yet_measured_never_makes_a_round_draft_on_its_own() -> None:

@@ -1,20 +1,15 @@
-"""How many drafted tokens each sequence verifies per round: fixed, or load-aware (after DSpark's Algorithm 1).
+"""How many drafted tokens each sequence verifies per round: fixed, or load-aware (DSpark Algorithm 1).
 
 Verification is nearly free while the target pass is memory-bound and stops being free once the
 pass's positions make it compute-bound. `LoadAwareScheduler` profiles the target's verify passes
 once (`VerifyProfile`: seconds by the number of sequences and the tokens each extends by). DSpark's
-Algorithm 1 admits drafts one by one, by estimated prefix survival, while the expected tokens per
-second `tau * SPS(N)` (SPS(N): passes per second with N positions) rises, which fits an engine whose
-pass costs its tokens. Jev's pass costs its rectangle (rows x the longest row; `docs/benchmarks.md`),
-so every active row verifies the same width, and the scheduler picks it before drafting, as the depth
-to draft: the one of the highest expected tokens per second, from the acceptance measured by draft
-position over past rounds, the drafting time and the pass. A round then verifies every token it
-drafted: its drafting is paid by then and a wider pass costs little, while the drafter's claims for
-single drafts rank them too loosely at T = 1 to choose among them (chosen on them, the drafts
-verified held less often than every first draft did, 2026-12-07). Only a claim of 0 for every row at
-a position (nothing proposed there can hold, as the lookup drafter says where it found no copy) ends
-the width there. That reads survival entry j, computed before x_j is drawn, so the decision to
-verify x_j never depends on x_j or later tokens (DSpark App. A).
+Algorithm 1 admits drafts one by one, by estimated prefix survival a_{r,j}, while the expected
+tokens per second `tau * SPS(N)` (SPS(N): passes per second with N positions) rises, which fits an
+engine whose pass costs its tokens. Jev's pass costs its rectangle (rows x the longest row;
+`docs/benchmarks.md`), so the same rule runs over widths: each round every active row verifies w
+drafts, w growing while the expected tokens per second rise. It reads only the
+survival estimates, never the drafted tokens, and entry j of the estimate is computed before x_j
+is drawn, so the decision to verify x_j never depends on x_j or later tokens (DSpark App. A).
 """
 
 import collections
@@ -22,7 +17,7 @@ import functools
 import itertools
 import statistics
 import time
-from collections.abc import Sequence, Sized
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
@@ -156,13 +151,11 @@ def _pass_seconds(profile: VerifyProfile, rows: int, widths: tuple[float, ...]) 
 
 
 class LoadAwareScheduler:
-    """DSpark's hardware-aware verify scheduler for Jev's target pass, which costs its rectangle: a
-    pass over B rows in which the longest verifies w drafts runs B x (1 + w) positions, inactive rows
-    and the shorter rows' padding included. So every active row verifies the same width w, picked
-    before the round drafts as the depth of the highest Θ(w), the expected tokens per second of a
-    round in which every row drafts and verifies w (Θ(0): a plain round); a longer width for only
-    some rows would cost as much and emit less. Once drafted, every draft is verified, up to the
-    first position where the drafter claims 0 for every row (the module's docstring says why).
+    """DSpark's hardware-aware verify scheduler (Algorithm 1, with the early break), for Jev's target
+    pass, which costs its rectangle: a pass over B rows in which the longest verifies w drafts runs
+    B x (1 + w) positions, inactive rows and the shorter rows' padding included. So every active row
+    verifies the same width w, the one where Θ(w), the expected tokens per second with every row
+    verifying w, first drops; a longer width for only some rows would cost as much and emit less.
 
     It also weighs what the profile cannot see: the drafter's own time by depth and number of
     sequences, and what a whole round (sampling filter, accept rule, bookkeeping) costs beyond the
@@ -171,23 +164,21 @@ class LoadAwareScheduler:
     drafts costs `ratio * pass + w * extra`: `ratio`, the machine's speed against its profile, from
     plain rounds; `extra`, the seconds each verified draft adds beyond that (the accept rule and
     the bookkeeping over it), from drafted ones. These and the drafting times are each the median of
-    their last ROUNDS_KEPT measurements, so one slow round moves none of them. Where the drafter has
-    not run at a number of sequences yet, its drafting and `extra` are priced as measured at the
-    nearest fewer sequences (a lower bound: both cost more the more sequences a round holds), and
-    as free where it has run at none as few, so that round drafts and measures them. Those costs
-    and the acceptance seen so far (`record`: of the drafts verified at position j, how many were
-    accepted, over about the last WINDOW drafts verified there; until a position is measured,
-    MIN_OUTCOMES verifications in MIN_ROUNDS rounds, the drafter's claim for the first, and for a
-    later one the survival of the one before it, though only in rounds that would draft on the
-    measured positions alone, once the first is measured) decide how deep the next round drafts,
-    if at all; the first round, with nothing measured, is optimistic, a plain run is broken now
-    and then by a one-token probe (PROBE_SHARE), and a drafting run by a plain round (PLAIN_EVERY)
-    that keeps `ratio` current. A probe verifies its draft whatever the drafter claims for it.
-    Until the first draft position is measured, every round drafts and verifies at least one token
-    (where its drafting is priced, or drafts on its own estimate): the shipped drafter's claims
-    run low (greedy, less than half the rate that held), and a warm-up whose optimistic first
-    round verified nothing on them left a fresh scheduler decoding plainly on those claims. All of
-    it comes from past rounds, so no verify decision depends on the tokens it decides about.
+    their last ROUNDS_KEPT measurements, so one slow round moves none of them. Those costs and the
+    acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
+    against how many the drafter's survival estimates predicted, over about the last WINDOW drafts
+    verified there; until a position is measured, MIN_OUTCOMES verifications in MIN_ROUNDS rounds,
+    the drafter's estimates for the first, and for a later one the survival of the one before it,
+    though only in rounds that would draft on the measured positions alone, once the first is
+    measured) decide how deep the next round drafts, if at all; the first round, with nothing
+    measured, is optimistic, a plain run is broken now and then by a one-token probe
+    (PROBE_SHARE), and a drafting run by a plain round (PLAIN_EVERY) that keeps `ratio` current.
+    A probe verifies its draft whatever the drafter claims for it. Until the first draft position
+    is measured, every round drafts and verifies at least one token (where the drafter has
+    run at that number of sequences before, or drafts on its own estimate): the shipped drafter's
+    claims run low (greedy, less than half the rate that held), and a warm-up whose optimistic
+    first round verified nothing on them left a fresh scheduler decoding plainly on those claims.
+    All of it comes from past rounds, so no verify decision depends on the tokens it decides about.
     """
 
     # A position's rate counts as measured once it has been verified MIN_OUTCOMES times in at least
@@ -246,10 +237,12 @@ class LoadAwareScheduler:
         self.plain_seconds = 0.0
         # The drafter's mean claim for its first draft in the last round that drafted (None before).
         self.first_claim: float | None = None
-        # Per draft position j: how often it was verified and accepted. Plain floats, as is all of a
-        # round's arithmetic here: a handful of numbers per position.
+        # Per draft position j: how often it was verified, accepted, and the drafter's survival
+        # estimates summed over those verifications (what it predicted would be accepted). Plain
+        # floats, as is all of a round's arithmetic here: a handful of numbers per position.
         self.verified_at: list[float] = []
         self.accepted_at: list[float] = []
+        self.estimated_at: list[float] = []
         # Per draft position: how many rounds verified it (unfaded), and how many drafted rounds have
         # stopped just before it since it was last verified.
         self.rounds_at: list[int] = []
@@ -275,7 +268,7 @@ class LoadAwareScheduler:
         sums, theta, depth = self._best_depth(draft_len, n_active, rows, optimistic=not first_known)
         if depth and first_known:
             sums, theta, depth = self._best_depth(draft_len, n_active, rows, optimistic=True)
-        if depth == 0 and self._nearest(self.draft_seconds, rows):  # drafting priced free: no probe
+        if depth == 0 and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
             tokens = n_active + sums[0]
             if not first_known or self.plain_seconds * self.PROBE_SHARE > tokens / theta[1] - tokens / theta[0]:
                 depth, self._probing = 1, True
@@ -297,24 +290,28 @@ class LoadAwareScheduler:
         """The expected survival sums of `n_active` sequences up to `draft_len` (`_expected_survival`),
         Θ of drafting each depth in a pass of `rows` rows, and the depth of the highest Θ."""
         sums = [n_active * s for s in self._expected_survival(draft_len, optimistic)]
-        theta = self._throughput(sums, n_active, rows)
+        theta = self._throughput(sums, n_active, rows, drafting=True)
         return sums, theta, max(range(len(theta)), key=theta.__getitem__)
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Every active row verifies every drafted token, up to the first position where the drafter
-        claims 0 for every active row; a probe verifies its draft whatever the claim. Reading
-        survival column j, computed before draft j is drawn, never lets draft j decide whether it
-        is verified."""
+        """Every active row verifies the width at Θ's first drop, on the drafter's survival estimates
+        as calibrated by past rounds (`_calibrated_sums`). Θ(w) reads survival up to column w only,
+        whose entries come before the drafts they decide about, so stopping at the first drop never
+        lets draft j's own value (through a later survival entry) decide whether j is verified."""
         width = 0
         if bool(active.any()) and survival.shape[1]:
-            claims = survival[active].to(torch.float64).cpu()
-            empty = (claims.amax(0) <= 0).tolist()
-            width = empty.index(True) if True in empty else len(empty)
+            rows = survival[active].to(torch.float64).cpu()
+            n = rows.shape[0]
+            claimed = rows.sum(0).tolist()
+            theta = self._throughput(self._calibrated_sums(rows, claimed), n, len(active), drafting=False)
+            width = next((w for w in range(len(theta) - 1) if theta[w + 1] <= theta[w]), len(claimed))
             if self._probing:  # a probe verifies its draft: one that verified nothing would learn nothing
                 width = max(width, 1)
-            self.first_claim = float(claims[:, 0].mean())
+            self.first_claim = claimed[0] / n
             self._grow(width)
-            self._forget(width, claims.shape[0])
+            self._forget(width, n)
+            for j in range(width):
+                self.estimated_at[j] += claimed[j]
         if self._draft_started is not None:
             started, rows_drafted, depth = self._draft_started
             seconds = time.perf_counter() - started
@@ -345,7 +342,7 @@ class LoadAwareScheduler:
             return
         self.stale_at[width] += 1
         if self.stale_at[width] >= self.STALE_ROUNDS:
-            for counts in (self.verified_at, self.accepted_at):
+            for counts in (self.verified_at, self.accepted_at, self.estimated_at):
                 counts[width] = 0.0
             self.rounds_at[width] = self.stale_at[width] = 0
 
@@ -358,14 +355,14 @@ class LoadAwareScheduler:
         drafted rounds stopping just before it drop them (`_age`); and a count that has reached
         MIN_OUTCOMES stays there (it fades by less than the round adds)."""
         fade = (1.0 - 1.0 / self.WINDOW) ** rows
-        for counts in (self.verified_at, self.accepted_at):
+        for counts in (self.verified_at, self.accepted_at, self.estimated_at):
             counts[:width] = [fade * c for c in counts[:width]]
 
     def _grow(self, width: int) -> None:
         """Room in the per-position counts for `width` positions."""
         grow = width - len(self.verified_at)
         if grow > 0:
-            for counts in (self.verified_at, self.accepted_at):
+            for counts in (self.verified_at, self.accepted_at, self.estimated_at):
                 counts += [0.0] * grow
             self.rounds_at += [0] * grow
             self.stale_at += [0] * grow
@@ -379,12 +376,33 @@ class LoadAwareScheduler:
             and self.rounds_at[j] >= self.MIN_ROUNDS
         )
 
+    def _factors(self, depth: int) -> list[float]:
+        """Per position up to `depth`: how many drafts were accepted there against how many the
+        drafter's estimates predicted, where it is measured (`_measured`); else 1."""
+        return [
+            self.accepted_at[j] / max(self.estimated_at[j], 1e-12)
+            if self._measured(j) and self.estimated_at[j] > 0
+            else 1.0
+            for j in range(depth)
+        ]
+
+    def _calibrated_sums(self, survival: torch.Tensor, claimed: list[float]) -> list[float]:
+        """Column sums of `survival [n, K]` (`claimed`) scaled per position by `_factors`, each entry
+        at most 1: a drafter that claims 0.6 where 0.2 holds opens no width on its claim."""
+        factors = self._factors(len(claimed))
+        if max(factors, default=1.0) <= 1.0:  # no entry can pass 1: scale the sums
+            sums = [f * c for f, c in zip(factors, claimed, strict=True)]
+        else:
+            scaled = survival * torch.tensor(factors, dtype=torch.float64)
+            sums = scaled.clamp(max=1.0).sum(0).tolist()
+        return self._optimistic(sums)
+
     def _optimistic(self, survival: list[float]) -> list[float]:
         """`survival` with every position after the first that is not yet measured assumed to hold
-        whenever the one before it held. A position no round drafts is never measured: on the
-        drafter's own claims for them, at one sequence the scheduler verified about one draft a
-        round on body continuations where three paid more (2026-12-06, `docs/benchmarks.md`). So
-        each later position is drafted where it would pay at the rate of the one before, until
+        whenever the one before it held. On the drafter's own claims for them, a position never
+        verified was never measured: at one sequence the scheduler verified about one draft a round
+        on body continuations where three paid more (2026-12-06, `docs/benchmarks.md`). So each
+        later position is verified where it would pay at the rate of the one before, until
         MIN_OUTCOMES verifications in MIN_ROUNDS rounds measure it."""
         out = list(survival)
         for j in range(1, len(out)):
@@ -408,25 +426,26 @@ class LoadAwareScheduler:
         unmeasured = next((j for j in range(1, depth) if not self._measured(j)), depth)
         return estimate[:unmeasured] + [0.0] * (depth - unmeasured)
 
-    def _throughput(self, survival_sums: list[float], n: int, rows: int) -> list[float]:
-        """`[K + 1]` Θ(w): expected tokens per second of a round in which each of `n` rows drafts and
-        verifies w drafts (`survival_sums[j]`: the rows' survival at draft j + 1, summed), in a pass
-        of `rows` rows; Θ(0) is a plain round."""
+    def _throughput(self, survival_sums: list[float], n: int, rows: int, drafting: bool) -> list[float]:
+        """`[K + 1]` Θ(w): expected tokens per second of a round in which each of `n` rows verifies w
+        drafts (`survival_sums[j]`: the rows' survival at draft j + 1, summed), in a pass of `rows`
+        rows. `drafting`: the round is yet to draft, so w drafts cost their drafting time and w = 0
+        is a plain round; otherwise the drafts are made and only the pass differs."""
         k = len(survival_sums)
         tokens = list(itertools.accumulate(survival_sums, initial=float(n)))
         ratio, extra = self._ratio(rows), self._extra(rows)
         passes = _pass_seconds(self.profile, rows, tuple(float(1 + w) for w in range(k + 1)))
         rounds = [ratio * p + w * extra for w, p in enumerate(passes)]
-        drafting_seconds = self._drafting_seconds(k, rows)
+        drafting_seconds = self._drafting_seconds(k, rows) if drafting else [0.0] * (k + 1)
         return [t / (r + d) for t, r, d in zip(tokens, rounds, drafting_seconds, strict=True)]
 
     def _drafting_seconds(self, k: int, rows: int) -> list[float]:
         """`[K + 1]` the expected seconds of drafting d = 0..K tokens for `rows` sequences: measured
         where d has been, else interpolated between the measured depths around d, else, below or
         above all of them, the nearest one's time scaled by d (optimistic below, which gets a cheaper
-        depth tried and measured). Nothing measured for `rows`: as measured for the nearest fewer
-        sequences (`_nearest`)."""
-        measured = self._nearest(self.draft_seconds, rows)
+        depth tried and measured). Nothing measured for `rows`: 0, so its first round drafts (a
+        drafter's pass costs more the more sequences it reads)."""
+        measured = self.draft_seconds.get(rows)
         if not measured:
             return [0.0] * (k + 1)
         known = sorted(measured)
@@ -444,16 +463,6 @@ class LoadAwareScheduler:
                 seconds.append(measured[lower] + (measured[upper] - measured[lower]) * between)
         return seconds
 
-    @staticmethod
-    def _nearest(store: dict[int, Sized], rows: int) -> Sized | None:
-        """What `store` holds for `rows` sequences, else for the nearest fewer sequences it holds
-        anything for, else None: a lower bound of the drafter's time and of `extra` where they have
-        not been measured, since both grow with the sequences a round holds. Priced at 0 instead
-        (before 2026-12-07), the first rounds at a new number of sequences drafted whatever the
-        acceptance, and `extra` stayed 0 until one of them had verified drafts."""
-        below = [count for count, kept in store.items() if count <= rows and kept]
-        return store[max(below)] if below else None
-
     def _kept(self, store: dict[int, collections.deque[float]], key: int) -> collections.deque[float]:
         """The last ROUNDS_KEPT measurements of one kind under `key`, made empty if none yet."""
         return store.setdefault(key, collections.deque(maxlen=self.ROUNDS_KEPT))
@@ -466,10 +475,9 @@ class LoadAwareScheduler:
     def _extra(self, rows: int) -> float:
         """The seconds each verified draft adds to a round beyond `ratio` times its pass: the median
         measured (none below 0: a drafted round measured faster than that means `ratio` is behind),
-        for these or the nearest fewer sequences (`_nearest`), else 0. Per draft: the first,
-        optimistic round verifies every draft it can, and its cost, charged whole to a round of one
-        draft, kept drafting off at four sequences (2026-12-05)."""
-        kept = self._nearest(self.extras, rows)
+        else 0. Per draft: the first, optimistic round verifies every draft it can, and its cost,
+        charged whole to a round of one draft, kept drafting off at four sequences (2026-12-05)."""
+        kept = self.extras.get(rows)
         return max(statistics.median(kept), 0.0) if kept else 0.0
 
     def _start_round(self, rows: int, width: int) -> None:
