@@ -33,7 +33,7 @@ import torch
 from benchmarks.report import median_time, write_results
 from jev.convert.source import smollm2_gguf
 from jev.decide.decider import Decider
-from jev.model.weights import Weights
+from jev.model.weights import Weights, storable_weights
 
 
 def median_mail(data: Path, decider: Decider) -> dict[str, Any]:
@@ -111,7 +111,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed calls at batch 1, per round")
     parser.add_argument("--batch-repeats", type=int, default=1, help="timed calls at batch 32, per round")
     parser.add_argument("--weights", nargs="+", choices=["float32", "fp16", "bf16", "mixed"],
-                        default=["float32", "fp16", "bf16", "mixed"], help="the stored forms of Jev's weights to time")
+                        default=list(storable_weights()),
+                        help="the stored forms of Jev's weights to time (default: those this CPU stores)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results and docs alone")
     args = parser.parse_args()
 

@@ -32,6 +32,7 @@ from jev.decide.decider import Decider
 from jev.generate.drafters import Drafter, load_drafter
 from jev.generate.loop import TargetState, generate
 from jev.model import Model
+from jev.model.weights import storable_weights
 
 ANCHOR = "llama.cpp, Q4_1 GGUF"  # timed when llama-cpp-python is installed
 
@@ -75,7 +76,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--draft-lens", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--weights", nargs="+", choices=["float32", "fp16", "bf16", "mixed"],
-                        default=["float32", "fp16", "bf16", "mixed"], help="the stored forms of Jev's weights to time")
+                        default=list(storable_weights()),
+                        help="the stored forms of Jev's weights to time (default: those this CPU stores)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
 

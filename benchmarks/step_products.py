@@ -28,7 +28,15 @@ from benchmarks.decode_anchor import jev_rate
 from benchmarks.report import median_time
 from benchmarks.speculative import subject_prompts
 from jev.decide.decider import Decider
-from jev.model.weights import Bf16Linear, Fp16Linear, Int4Linear, extending_block, int4_grid, large_linears
+from jev.model.weights import (
+    Bf16Linear,
+    Fp16Linear,
+    Int4Linear,
+    extending_block,
+    int4_grid,
+    large_linears,
+    storable_weights,
+)
 
 FORMATS = ("float32", "fp16", "mixed")
 ROWS = (1, 4, 8, 16, 32, 64, 128)
@@ -58,6 +66,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
+    if "mixed" not in storable_weights():
+        parser.error("it times mixed weights, which this CPU cannot store (jev.model.weights.bfloat16_packing)")
 
     decider = Decider.load(args.model, check_policies=False, speculative=False, weights="float32")
     model = decider.model

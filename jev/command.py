@@ -14,7 +14,7 @@ from pathlib import Path
 
 from jev.model.checkpoint import CheckpointError
 from jev.model.config import ConfigError
-from jev.model.weights import WEIGHTS
+from jev.model.weights import WEIGHTS, WeightsError
 from jev.schema import JevError
 
 DEFAULT_MODEL = Path("models") / "default"
@@ -22,7 +22,7 @@ NO_SPECULATIVE_HELP = "write text fields by plain decoding, without the model's 
 MODEL_HELP = f"decider folder (default: {DEFAULT_MODEL} in the working directory, else in Jev's source checkout)"
 _MANIFEST = "jev.json"
 # jev.model's own errors are not JevErrors (that package imports nothing of the schema's).
-_USER_ERRORS = (JevError, CheckpointError, ConfigError, OSError)
+_USER_ERRORS = (JevError, CheckpointError, ConfigError, WeightsError, OSError)
 
 
 def default_model_folders() -> list[Path]:
@@ -61,6 +61,6 @@ def add_weights_option(parser: argparse.ArgumentParser) -> None:
         "products, for a CPU with native bfloat16: faster decisions than fp16, slower decoding, a probability "
         "moving about ten times as far) or mixed (bf16's products for decisions and prompts, fp16's for "
         "decoding, int4's for weights on a 4-bit grid such as the base's Q4_1 MLPs); auto is mixed where "
-        "fbgemm runs on a CPU with native bfloat16, fp16 where fbgemm runs without it, else float32 "
-        "(default: %(default)s)",
+        "fbgemm runs on a CPU with native bfloat16, fp16 where fbgemm runs without it, else float32; bf16 and "
+        "mixed need a CPU with AVX-512 or AVX-NE-CONVERT (default: %(default)s)",
     )

@@ -75,7 +75,7 @@ def test_the_shipped_drafter_is_lossless_on_the_shipped_model() -> None:
 def test_text_past_the_indexer_top_k_replays_exactly_as_eager_steps_write_it() -> None:
     """Past 256 keys every layer selects: the selecting step's graph, traced at one key count, must write
     what eager steps write at the key counts after it (it once recorded a key count and failed)."""
-    decider = Decider.load(MODEL, speculative=False, weights="mixed", replay=True)
+    decider = Decider.load(MODEL, speculative=False, weights="auto", replay=True)
     prompt = decider.tokenizer.encode(MAIL["body"] * 20).ids[:300]
     replayed = [generate(decider.model, [prompt], 24, temperature=0.0).tokens for _ in range(2)]
     decider.model.step_graphs = None

@@ -11,6 +11,7 @@ from jev.generate.loop import generate
 from jev.generate.profiles import machine_key
 from jev.model.step_graphs import TRACE_AFTER
 from jev.model.weights import fp16_available, store_weights
+from tests.hardware import AUTO, needs_bfloat16_packing, weights_cases
 from tests.test_weights import with_mlps_on_grid
 from tests.tiny import MOE, random_model, tiny_config
 
@@ -55,7 +56,7 @@ def _replays(model):
     return calls
 
 
-@pytest.mark.parametrize("weights", ["float32", "fp16", "mixed"])
+@pytest.mark.parametrize("weights", weights_cases(["float32", "fp16", "mixed"]))
 def test_replayed_passes_equal_eager_ones_exactly(weights):
     model = _model(weights)
     eager = [_cached_passes(model, *shape) for shape in PASSES]
@@ -84,7 +85,7 @@ def test_a_cache_with_indexer_keys_has_its_own_graph_and_selecting_passes_theirs
     assert torch.equal(cache.latent, eager[1].latent) and torch.equal(cache.index_keys, eager[1].index_keys)
 
 
-@pytest.mark.parametrize("weights", ["float32", "mixed"])
+@pytest.mark.parametrize("weights", ["float32", AUTO])  # AUTO: what `jev serve` stores here
 def test_selecting_passes_replay_exactly_at_every_number_of_sequences_tokens_and_keys(weights):
     """Past a top-k of 4 every pass selects, ragged rows included (a short row's queries see fewer than
     k keys); one graph, traced at warm-up's first selecting passes, replays them all."""
@@ -103,6 +104,7 @@ def test_selecting_passes_replay_exactly_at_every_number_of_sequences_tokens_and
     assert len(calls) == 4 * len(PASSES)
 
 
+@needs_bfloat16_packing
 def test_mixed_weights_replay_a_few_sequences_and_not_the_bfloat16_blocks_of_many():
     model = _model("mixed")
     eager = _cached_passes(model, 8, 2, 5)
@@ -144,7 +146,7 @@ def test_a_pass_kind_not_traced_yet_is_traced_the_second_time_it_is_seen():
 
 @pytest.mark.parametrize("drafted", [False, True])
 def test_greedy_generation_writes_the_same_tokens_replayed(drafted):
-    model = _model("mixed")
+    model = _model(AUTO)
     prompts = [[5, 9, 2, 7], [4, 8, 1], [13, 1, 6, 10, 2, 3]]
 
     def run():

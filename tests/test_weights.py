@@ -6,6 +6,7 @@ cache against float32, greedy speculative decoding on them against plain, a deci
 `jev decide` on them, what `auto` picks, and the refusals."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +22,6 @@ from jev.generate.loop import generate
 from jev.generate.profiles import machine_key
 from jev.model import mla as mla_module
 from jev.model import weights as weights_module
-from jev.model.precision import native_bfloat16
 from jev.model.weights import (
     LARGE_LINEARS,
     STORED,
@@ -29,12 +29,14 @@ from jev.model.weights import (
     Int4Linear,
     WeightsError,
     auto_weights,
+    bfloat16_packing,
     extending_block,
     int4_grid,
     packed_bfloat16,
     packed_product,
     store_weights,
 )
+from tests.hardware import AUTO, FBGEMM_AVX512, needs_bfloat16_packing, weights_cases
 from tests.serving import TASKS, tiny_decider
 from tests.tiny import random_model, tiny_config
 
@@ -63,10 +65,7 @@ def with_mlps_on_grid(model):
     return model
 
 
-AUTO = "mixed" if native_bfloat16() else "fp16"  # this x86 torch has fbgemm
-
-
-@pytest.mark.parametrize("weights", HALF)
+@pytest.mark.parametrize("weights", weights_cases(HALF))
 def test_only_the_named_products_change(tiny_model, weights):
     embedding = tiny_model.backbone.embed_tokens.weight.clone()
     changed = store_weights(tiny_model, weights)
@@ -94,6 +93,7 @@ def test_a_float16_product_is_its_float16_weights_in_float32():
     torch.testing.assert_close(got.double(), exact, atol=1e-5, rtol=1e-5)
 
 
+@needs_bfloat16_packing
 def test_a_bfloat16_product_is_its_rounded_operands_multiplied_exactly():
     linear = nn.Linear(48, 40, bias=False)
     x = torch.randn(3, 5, 48)
@@ -104,6 +104,7 @@ def test_a_bfloat16_product_is_its_rounded_operands_multiplied_exactly():
     torch.testing.assert_close(got.double(), exact, atol=2e-2, rtol=1e-2)
 
 
+@needs_bfloat16_packing
 @pytest.mark.parametrize("rows", [1, 5, 128, 300])
 def test_a_packed_bfloat16_weight_multiplies_as_torch_mm_on_the_plain_one(rows):
     weight = torch.randn(1536, 576) * 0.05
@@ -141,6 +142,8 @@ def test_an_int4_product_is_its_codes_with_bfloat16_scales_on_bfloat16_inputs():
 @pytest.mark.parametrize("weights", ["fp16", "int4"])
 @pytest.mark.parametrize(("rows", "inputs"), [(1536, 576), (576, 1536), (160, 576)])
 def test_a_row_does_not_depend_on_its_batch(weights, rows, inputs):
+    """int4, and fp16 through fbgemm's AVX-512 kernels, multiply a row alike in any batch; fbgemm's AVX2
+    kernels for a batch's last one or two rows round otherwise, within float32's error."""
     generator = torch.Generator().manual_seed(rows + inputs)
     linear = nn.Linear(inputs, rows, bias=False)
     with torch.no_grad():
@@ -149,8 +152,14 @@ def test_a_row_does_not_depend_on_its_batch(weights, rows, inputs):
     x = torch.randn(70, inputs, generator=generator)
     x[3] *= 1000  # an outlier row, as the bos token's states are
     together = product(x)
+    # float32's accumulation error bound over the fp16-rounded weight (|x| |W|^T K eps), per output
+    rounding = x.abs() @ linear.weight.detach().half().float().abs().T * inputs * torch.finfo(torch.float32).eps
     for part in (slice(0, 1), slice(3, 4), slice(5, 13), slice(0, 33), slice(10, 70)):
-        assert torch.equal(product(x[part]), together[part]), part
+        alone = product(x[part])
+        if weights == "int4" or FBGEMM_AVX512:
+            assert torch.equal(alone, together[part]), part
+        else:  # fbgemm on AVX2: a batch's last one or two rows take other kernels, within float32's rounding
+            assert bool(((alone - together[part]).abs() <= rounding[part]).all()), part
 
 
 def bfloat16_product(generator: torch.Generator) -> tuple[nn.Linear, nn.Module]:
@@ -161,6 +170,7 @@ def bfloat16_product(generator: torch.Generator) -> tuple[nn.Linear, nn.Module]:
     return linear, STORED["bf16"](linear)
 
 
+@needs_bfloat16_packing
 def test_a_bfloat16_row_depends_on_its_batch_only_through_the_block_size_and_by_a_rounding():
     generator = torch.Generator().manual_seed(0)
     _, product = bfloat16_product(generator)
@@ -174,6 +184,7 @@ def test_a_bfloat16_row_depends_on_its_batch_only_through_the_block_size_and_by_
     torch.testing.assert_close(product(x)[:1], alone, rtol=2**-7, atol=1e-6)
 
 
+@needs_bfloat16_packing
 def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypatch):
     linear = nn.Linear(64, 48, bias=False)
     product = STORED["bf16"](linear)
@@ -198,6 +209,7 @@ def test_bfloat16_products_cross_row_blocks_per_row_and_take_few_shapes(monkeypa
     assert seen == expected | set(range(1280, block + 1, 256))
 
 
+@needs_bfloat16_packing
 def test_a_batched_extension_multiplies_every_row_alike_in_fixed_blocks():
     """A generation's plain steps (one row per sequence) and verify passes (several) share the block."""
     assert [extending_block(n) for n in (1, 7, 8, 16, 17, 32, 33, 64, 200)] == [None] * 2 + [16, 16, 32, 32, 64, 64, 64]
@@ -213,6 +225,7 @@ def test_a_batched_extension_multiplies_every_row_alike_in_fixed_blocks():
     torch.testing.assert_close(product.in_blocks_of(x, 64).double(), exact, atol=2e-2, rtol=1e-2)
 
 
+@needs_bfloat16_packing
 @pytest.mark.parametrize("sequences", [2, 8])
 def test_mixed_extends_many_caches_in_bfloat16_blocks_and_few_in_float16(monkeypatch, sequences):
     model = random_model(tiny_config(), seed=2)
@@ -233,7 +246,7 @@ def test_mixed_extends_many_caches_in_bfloat16_blocks_and_few_in_float16(monkeyp
     assert set(shapes) == ({16} if sequences == 8 else set())
 
 
-@pytest.mark.parametrize(("weights", "bound"), [("fp16", 1e-5), ("bf16", 1e-3), ("mixed", 1e-3)])
+@pytest.mark.parametrize(("weights", "bound"), weights_cases([("fp16", 1e-5), ("bf16", 1e-3), ("mixed", 1e-3)]))
 def test_the_model_stays_close_to_float32(weights, bound):
     model = random_model(tiny_config(), seed=0)
     ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
@@ -245,6 +258,7 @@ def test_the_model_stays_close_to_float32(weights, bound):
     assert 0 < kl.max() < bound  # changed, and only by the rounding of the weights (and bf16's inputs)
 
 
+@needs_bfloat16_packing
 @pytest.mark.parametrize("attention", [mla_module.fused_causal_attention, mla_module.explicit_causal_attention])
 def test_a_fresh_bfloat16_pass_stays_close_to_float32_through_either_attention(monkeypatch, attention):
     # a CPU with AMX takes SDPA's fused kernel, one without the explicit form: both are checked here
@@ -266,6 +280,7 @@ def test_a_fresh_bfloat16_pass_stays_close_to_float32_through_either_attention(m
     assert 0 < kl.max() < 1e-3
 
 
+@needs_bfloat16_packing
 def test_mixed_multiplies_fresh_passes_in_bfloat16_and_cache_extensions_in_float16():
     models = {}
     for weights in HALF:
@@ -284,7 +299,7 @@ def test_mixed_multiplies_fresh_passes_in_bfloat16_and_cache_extensions_in_float
 
 # bf16: a cache-free pass computes attention and MLPs in bfloat16, a decode step in float32 (with
 # bfloat16 products), so they agree to bfloat16's precision only.
-@pytest.mark.parametrize(("weights", "tolerance"), [("fp16", 1e-4), ("bf16", 2e-2)])
+@pytest.mark.parametrize(("weights", "tolerance"), weights_cases([("fp16", 1e-4), ("bf16", 2e-2)]))
 def test_decoding_through_the_cache_matches_a_cache_free_pass(weights, tolerance):
     model = random_model(tiny_config(), seed=1)
     store_weights(model, weights)
@@ -296,7 +311,7 @@ def test_decoding_through_the_cache_matches_a_cache_free_pass(weights, tolerance
     torch.testing.assert_close(torch.cat(pieces, 1), whole, atol=tolerance, rtol=tolerance)
 
 
-@pytest.mark.parametrize(("weights", "tolerance"), [("fp16", 1e-4), ("bf16", 1e-2), ("mixed", 1e-2)])
+@pytest.mark.parametrize(("weights", "tolerance"), weights_cases([("fp16", 1e-4), ("bf16", 1e-2), ("mixed", 1e-2)]))
 def test_a_decider_folder_loads_with_half_size_weights(tmp_path, weights, tolerance):
     tiny_decider().save(tmp_path / "model")
     ticket = [TASKS["tests.serving:TICKET"]]
@@ -311,6 +326,12 @@ def test_a_decider_folder_loads_with_half_size_weights(tmp_path, weights, tolera
             assert got.probs[field][value] == pytest.approx(probability, abs=tolerance)
 
 
+def test_bfloat16_packing_is_found_where_onednn_names_the_cpu_it_needs():
+    flags = Path("/proc/cpuinfo").read_text().split()
+    needed = all(flag in flags for flag in ("avx512bw", "avx512vl", "avx512dq")) or "avx_ne_convert" in flags
+    assert bfloat16_packing() == needed
+
+
 def test_auto_is_mixed_or_fp16_where_fbgemm_runs_and_float32_elsewhere():
     model = random_model(tiny_config())
     assert store_weights(model, "auto") and model.weights == AUTO
@@ -319,7 +340,7 @@ def test_auto_is_mixed_or_fp16_where_fbgemm_runs_and_float32_elsewhere():
     assert store_weights(half, "auto") == [] and half.weights == "float32"
 
 
-def test_refusals(tmp_path, monkeypatch):
+def test_refusals(tmp_path, monkeypatch, capsys):
     model = random_model(tiny_config())
     key = machine_key(model)
     assert store_weights(model, "float32") == [] and machine_key(model) == key
@@ -334,6 +355,17 @@ def test_refusals(tmp_path, monkeypatch):
     for weights in HALF:
         with pytest.raises(WeightsError, match="float32 model"):
             store_weights(random_model(tiny_config()).to(torch.bfloat16), weights)
+    monkeypatch.setattr(weights_module, "bfloat16_packing", lambda: False)  # an AVX2-only CPU
+    assert auto_weights(random_model(tiny_config())) == "fp16"
+    for weights in ("bf16", "mixed"):
+        with pytest.raises(WeightsError, match=r"AVX-512 BW, VL and DQ, or AVX-NE-CONVERT.*use fp16 or auto"):
+            store_weights(random_model(tiny_config()), weights)
+    from jev.cli import main
+
+    tiny_decider().save(tmp_path / "model")
+    data = json.dumps({"text": "my invoice is wrong", "customer": {"name": "Ada"}})
+    assert main(["decide", "--model", str(tmp_path / "model"), "--task", "ticket", "--weights", "mixed", data]) == 2
+    assert capsys.readouterr().err.startswith("error: mixed weights need a CPU that oneDNN packs bfloat16")
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     assert auto_weights(random_model(tiny_config())) == "fp16"
     for weights in ("bf16", "mixed"):
@@ -342,7 +374,9 @@ def test_refusals(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("argv", "suffix"), [([], "-auto"), (["--weights", "float32"], ""), (["--weights", "bf16"], "-bf16")]
+    ("argv", "suffix"),
+    [([], "-auto"), (["--weights", "float32"], ""),
+     pytest.param(["--weights", "bf16"], "-bf16", marks=needs_bfloat16_packing)],
 )
 def test_jev_decide_runs_on_half_size_weights_unless_told_otherwise(tmp_path, capsys, argv, suffix):
     from jev.cli import main
@@ -355,6 +389,7 @@ def test_jev_decide_runs_on_half_size_weights_unless_told_otherwise(tmp_path, ca
     assert answer["model"]["model_id"] == Decider.load(tmp_path / "model").model_id + suffix
 
 
+@needs_bfloat16_packing
 def test_mixed_extends_a_cache_through_int4_exactly_where_a_weight_is_on_a_4_bit_grid():
     model = with_mlps_on_grid(random_model(tiny_config(), seed=0))
     store_weights(model, "mixed")
@@ -364,7 +399,7 @@ def test_mixed_extends_a_cache_through_int4_exactly_where_a_weight_is_on_a_4_bit
             assert type(module.extending) is expected, name
 
 
-@pytest.mark.parametrize("weights", [*HALF, "mixed, MLPs on a 4-bit grid"])
+@pytest.mark.parametrize("weights", weights_cases([*HALF, "mixed, MLPs on a 4-bit grid"]))
 def test_greedy_speculative_decoding_on_half_size_weights_equals_plain(one_thread, weights):
     target = random_model(tiny_config(), seed=0)
     if weights.endswith("grid"):
@@ -379,7 +414,7 @@ def test_greedy_speculative_decoding_on_half_size_weights_equals_plain(one_threa
         assert spec.stats.drafted > 0 and spec.tokens == plain.tokens
 
 
-@pytest.mark.parametrize("weights", ["fp16", "mixed"])
+@pytest.mark.parametrize("weights", weights_cases(["fp16", "mixed"]))
 def test_an_autoregressive_drafter_loads_in_its_targets_form(tmp_path, one_thread, weights):
     random_model(tiny_config(num_hidden_layers=1), seed=1).save_pretrained(tmp_path / "drafter")
     target = random_model(tiny_config(), seed=0)
@@ -405,6 +440,7 @@ def test_an_autoregressive_drafter_loads_in_its_targets_form(tmp_path, one_threa
         load_drafter(tmp_path / "other", target)
 
 
+@needs_bfloat16_packing
 def test_a_bfloat16_pass_that_selects_keys_stays_close_to_float32(monkeypatch):
     # index_topk 4 of 24 keys: every layer's indexer selects, reading the bfloat16 branch's inputs
     model = random_model(tiny_config(index_topk=4), seed=3)
@@ -432,7 +468,7 @@ def test_a_bfloat16_pass_that_selects_keys_stays_close_to_float32(monkeypatch):
         assert 0 < kl.median() < 1e-4 and kl.max() < 0.05, path
 
 
-@pytest.mark.parametrize("weights", ["float32", *HALF])
+@pytest.mark.parametrize("weights", weights_cases(["float32", *HALF]))
 def test_rows_of_the_lm_head_stored_like_it_give_its_logits_for_those_rows(weights):
     """A drafter's vocabulary head: the target head's rows in the head's own form (with mixed weights,
     following the pass kind), so its logits are the target head's at those tokens."""

@@ -11,7 +11,8 @@ matrix products themselves. Three stored forms halve float32's bytes per product
   cache returns each product to float32. Where the CPU multiplies bfloat16 in hardware (AVX-512
   BF16, AMX) a decision pass is two to three times as fast as fp16's, but plain decoding runs at about
   0.85x fp16's speed and a probability moves about ten times as far (`docs/benchmarks.md`);
-  elsewhere bfloat16 is emulated and slow.
+  elsewhere bfloat16 is emulated and slow, and on a CPU without AVX-512 (or AVX-NE-CONVERT) oneDNN
+  packs no bfloat16 weight, so bf16 and mixed are refused there (`bfloat16_packing`).
 - `mixed`: both, so each pass takes the form that is fast for it: passes over fresh sequences
   (decisions, prompts) multiply in bfloat16; passes that extend the caches of fewer than
   BATCHED_EXTENDING sequences (decoding, verifying drafts) in fp16. A weight that lies on a 4-bit
@@ -24,7 +25,11 @@ matrix products themselves. Three stored forms halve float32's bytes per product
   or more sequences multiplies in bfloat16 too, in blocks of exactly `extending_block(sequences)`
   rows.
 
-fp16 and int4 keep each row's result a function of its own input row only. bf16 does too within one
+int4 keeps each row's result a function of its own input row only, and so does fp16 where fbgemm
+runs its AVX-512 kernels; on an AVX2-only CPU fbgemm multiplies a batch's last one or two rows by
+other kernels, which round otherwise (within float32's error, `tests/test_weights.py`), so there a
+plain step (one row) and a verify pass (several) can score a position a rounding apart, and greedy
+text with drafts may part from plain decoding's at a near-tie. bf16 does too within one
 block size, but oneDNN picks its kernel by the row count, and a row multiplied in blocks of another
 size can come out one bfloat16 step apart (in a one-off probe, 44 of 1,899 matrix and row-count
 pairs of the shipped model, against none by position within a block): a decision's probabilities can move at that level
@@ -50,7 +55,7 @@ for inference only: it has no gradients and is never saved.
 """
 
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import Literal
 
 import torch
@@ -98,6 +103,19 @@ def padded_rows(rows: int) -> int:
     """The row count a last block of `rows` rows is multiplied as."""
     step = next(step for bound, step in ROW_STEPS if rows <= bound)
     return -(-rows // step) * step
+
+
+@cache
+def bfloat16_packing() -> bool:
+    """Whether oneDNN packs bfloat16 weights on this CPU: it needs AVX-512 (BW, VL and DQ) or
+    AVX-NE-CONVERT, and refuses an AVX2-only CPU, where bf16 and mixed weights are unavailable."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        packed_bfloat16(torch.zeros(16, 16))
+    except RuntimeError:
+        return False
+    return True
 
 
 def packed_bfloat16(weight: torch.Tensor) -> torch.Tensor:
@@ -264,6 +282,14 @@ def stored_like(linear: nn.Linear, like: nn.Module) -> nn.Module:
     return linear if form is None else form(linear)
 
 
+def storable_weights() -> tuple[Weights, ...]:
+    """The forms a float32 model on this CPU can be stored as, `auto` aside: fp16 needs fbgemm, bf16
+    oneDNN's bfloat16 packing, mixed both."""
+    fbgemm = "fbgemm" in torch.backends.quantized.supported_engines
+    runs = {"float32": True, "fp16": fbgemm, "bf16": bfloat16_packing(), "mixed": fbgemm and bfloat16_packing()}
+    return tuple(form for form, here in runs.items() if here)
+
+
 def fp16_available(model: Model) -> bool:
     """Whether fp16 weights run here: a float32 model on the CPU, and a torch build with fbgemm (x86)."""
     return _cpu_float32(model) and "fbgemm" in torch.backends.quantized.supported_engines
@@ -278,7 +304,7 @@ def auto_weights(model: Model) -> Weights:
     bfloat16, fp16 where only fbgemm runs, else float32."""
     if model.weights != "float32" or not fp16_available(model):
         return "float32"
-    return "mixed" if native_bfloat16() and torch.backends.mkldnn.is_available() else "fp16"
+    return "mixed" if native_bfloat16() and bfloat16_packing() else "fp16"
 
 
 def large_linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
@@ -312,6 +338,11 @@ def store_weights(model: Model, weights: Weights) -> list[str]:
         )
     if weights in ("bf16", "mixed") and not torch.backends.mkldnn.is_available():
         raise WeightsError(f"{weights} weights need a torch build with oneDNN (mkldnn)")
+    if weights in ("bf16", "mixed") and not bfloat16_packing():
+        raise WeightsError(
+            f"{weights} weights need a CPU that oneDNN packs bfloat16 weights for (AVX-512 BW, VL and DQ, "
+            "or AVX-NE-CONVERT); this one has neither: use fp16 or auto"
+        )
     targets = [name for name, _ in large_linears(model)]
     if weights == "mixed":
         kind = PassKind()
