@@ -1,9 +1,10 @@
 """What this CPU can run, for tests whose subject some CPUs lack.
 
-oneDNN packs bfloat16 weights only on a CPU with AVX-512 (BW, VL and DQ) or AVX-NE-CONVERT, so tests of
-bf16 and mixed weights are skipped on an AVX2-only CPU, where `store_weights` refuses them (which is
-tested there instead). fbgemm's float16 products are row-independent bit for bit only through its
-AVX-512 kernels: on AVX2 a batch's last one or two rows take other kernels and round differently."""
+oneDNN packs bfloat16 weights only on a CPU with AVX-512 (BW, VL and DQ) or AVX-NE-CONVERT, so tests
+of bf16 and mixed weights are skipped on an AVX2-only CPU, where `store_weights` refuses them (the
+refusal is tested on every CPU, `tests/test_weights.py::test_refusals`). fbgemm's float16 products
+are row-independent bit for bit only through its AVX-512 kernels: on AVX2 a batch's last one or two
+rows take other kernels and round differently."""
 
 from pathlib import Path
 

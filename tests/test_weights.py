@@ -1,9 +1,10 @@
 """Half-size weights (`jev.model.weights`, fp16, bf16 and mixed): which products change, a product
-against its rounded weights in float64, that a row's result never depends on its batch, that mixed
-takes bf16's products in fresh passes and fp16's when extending a few caches (int4's for a weight on a
-4-bit grid, found exactly) and bf16's in fixed row blocks when extending many, the whole model and its
-cache against float32, greedy speculative decoding on them against plain, a decider folder and
-`jev decide` on them, what `auto` picks, and the refusals."""
+against its rounded weights in float64, that a row's result never depends on its batch (beyond
+float32's rounding through fbgemm's AVX2 kernels), that mixed takes bf16's products in fresh passes
+and fp16's when extending a few caches (int4's for a weight on a 4-bit grid, found exactly) and bf16's
+in fixed row blocks when extending many, the whole model and its cache against float32, greedy
+speculative decoding on them against plain, a decider folder and `jev decide` on them, what `auto`
+picks, and the refusals."""
 
 import json
 from pathlib import Path
