@@ -285,14 +285,18 @@ def stored_like(linear: nn.Linear, like: nn.Module) -> nn.Module:
 def storable_weights() -> tuple[Weights, ...]:
     """The forms a float32 model on this CPU can be stored as, `auto` aside: fp16 needs fbgemm, bf16
     oneDNN's bfloat16 packing, mixed both."""
-    fbgemm = "fbgemm" in torch.backends.quantized.supported_engines
+    fbgemm = _fbgemm()
     runs = {"float32": True, "fp16": fbgemm, "bf16": bfloat16_packing(), "mixed": fbgemm and bfloat16_packing()}
     return tuple(form for form, here in runs.items() if here)
 
 
 def fp16_available(model: Model) -> bool:
     """Whether fp16 weights run here: a float32 model on the CPU, and a torch build with fbgemm (x86)."""
-    return _cpu_float32(model) and "fbgemm" in torch.backends.quantized.supported_engines
+    return _cpu_float32(model) and _fbgemm()
+
+
+def _fbgemm() -> bool:
+    return "fbgemm" in torch.backends.quantized.supported_engines
 
 
 def _cpu_float32(model: Model) -> bool:
