@@ -1,12 +1,17 @@
-"""Serving benchmark: decisions/s and p50/p99 latency of `jev serve` over loopback.
+"""Serving benchmark: decisions/s, text tokens/s and p50/p99 latency of `jev serve` over loopback.
 
-    python benchmarks/serve.py --model models/default [--requests 2000] [--concurrency 1,8,32,64]
+    python -m benchmarks.serve --model models/default --data data/mail/test.jsonl [--requests 128]
+        [--concurrency 1,8,32]
 
 For each concurrency, async clients send a fixed number of `POST /v1/decide/{task}` requests to a
-real server process, with dynamic batching on (max_batch 32, max_wait 5 ms) and off (max_batch 1).
-Two references frame the numbers: a trivial litestar endpoint under the same uvicorn (the HTTP
-ceiling of this machine) and the engine called directly at batch 32 (the model's ceiling), whose
-ratio to the served rate is the HTTP layer's share. `--no-write` prints without touching the docs.
+real server process, each the next test row's input in turn (so texts of every length share a
+batch). Three servers: dynamic batching on (max_batch 32, max_wait 5 ms) with the model's drafter
+and load-aware scheduler, as `jev serve` starts; the same with `--no-speculative`; and batching off
+(max_batch 1). This machine's verify profile is stored first (`jev profile`, as `make serve` does),
+so no server measures it while it serves. Two references frame the numbers: a trivial litestar
+endpoint under the same uvicorn (the HTTP ceiling of this machine) and the engine called directly
+on 32 rows at once (the model's ceiling), whose ratio to the served rate is the HTTP layer's share.
+`--no-write` prints without touching the docs.
 """
 
 import argparse
@@ -27,7 +32,11 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-BATCHING = {"on": ("32", "5"), "off": ("1", "0")}
+SERVERS = {  # name: the flags `jev serve` gets beside --model and --port
+    "batching, speculative": ["--max-batch", "32", "--max-wait-ms", "5"],
+    "batching, plain": ["--max-batch", "32", "--max-wait-ms", "5", "--no-speculative"],
+    "no batching, speculative": ["--max-batch", "1", "--max-wait-ms", "0"],
+}
 
 
 def main() -> None:
@@ -37,27 +46,25 @@ def main() -> None:
         return
     from jev.decide.decider import Decider
 
-    decider = Decider.load(args.model)
-    task = decider.tasks[args.task or next(iter(decider.tasks))]
-    data = json.loads(args.input) if args.input else sample_input(task.input_model.model_json_schema())
-    levels = [int(c) for c in args.concurrency.split(",")]
-    results: dict[str, Any] = {"model": str(args.model), "task": task.name, "requests": args.requests, "runs": []}
-    results["engine_batch32"] = engine_rate(decider, task, data, args.engine_passes)
+    inputs = [json.loads(line)["input"] for line in args.data.open()]
+    decider = Decider.load(args.model, weights="auto", replay=True)
+    results: dict[str, Any] = {"model": str(args.model), "task": args.task, "data": str(args.data),
+                               "requests": args.requests, "runs": []}
+    results["engine_batch32"] = engine_rate(decider, args.task, inputs[:32], args.engine_passes)
     del decider
-    with server(["-m", "jev.serve.cli", "--model", str(args.model), "--log-level", "warning"], "--port",
-                BATCHING["on"]) as base:
+    subprocess.run([sys.executable, "-m", "jev.cli", "profile", "--model", str(args.model)], cwd=ROOT, check=True)
+    levels = [int(c) for c in args.concurrency.split(",")]
+    path = f"/v1/decide/{args.task}"
+    for name, flags in SERVERS.items():
+        with server(["-m", "jev.serve.cli", "--model", str(args.model), "--log-level", "warning", *flags],
+                    "--port") as base:
+            for c in levels:
+                results["runs"].append({"server": name, "concurrency": c,
+                                        **load(base, path, inputs, c, args.requests)})
+    with server([str(Path(__file__).resolve())], "--trivial-port") as base:
         for c in levels:
-            results["runs"].append({"server": "jev", "batching": "on", "concurrency": c,
-                                    **load(base, f"/v1/decide/{task.name}", {"input": data}, c, args.requests)})
-    with server(["-m", "jev.serve.cli", "--model", str(args.model), "--log-level", "warning"], "--port",
-                BATCHING["off"]) as base:
-        for c in levels:
-            results["runs"].append({"server": "jev", "batching": "off", "concurrency": c,
-                                    **load(base, f"/v1/decide/{task.name}", {"input": data}, c, args.requests)})
-    with server([str(Path(__file__).resolve())], "--trivial-port", None) as base:
-        for c in levels:
-            results["runs"].append({"server": "trivial", "batching": "-", "concurrency": c,
-                                    **load(base, "/echo", {"input": data}, c, args.requests)})
+            results["runs"].append({"server": "trivial", "concurrency": c,
+                                    **load(base, "/echo", inputs, c, args.requests)})
     markdown = table(results)
     print(markdown)
     if not args.no_write:
@@ -69,64 +76,62 @@ def main() -> None:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=ROOT / "models" / "default")
-    parser.add_argument("--task", help="task to decide (default: the model's first)")
-    parser.add_argument("--input", help="one input as JSON (default: every string field filled)")
-    parser.add_argument("--requests", type=int, default=2000, help="requests per run")
-    parser.add_argument("--concurrency", default="1,8,32,64")
-    parser.add_argument("--engine-passes", type=int, default=20, help="batch-32 passes for the engine rate")
+    parser.add_argument("--task", default="mail", help="task to decide (default: mail)")
+    parser.add_argument("--data", type=Path, default=ROOT / "data" / "mail" / "test.jsonl",
+                        help="JSONL rows whose inputs the requests send, in turn")
+    parser.add_argument("--requests", type=int, default=128, help="requests per run")
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--engine-passes", type=int, default=3, help="passes over 32 rows for the engine rate")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs and results alone")
     parser.add_argument("--trivial-port", type=int, help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
-def sample_input(schema: dict[str, Any]) -> dict[str, Any]:
-    """A plausible input from the task's JSON Schema: every string property gets a sentence."""
-    properties = schema.get("properties", {})
-    data = {name: "Meeting moved to Tuesday; please confirm the new agenda by email." for name, p in properties.items()
-            if p.get("type") == "string"}
-    missing = [name for name in schema.get("required", []) if name not in data]
-    if missing:
-        raise SystemExit(f"cannot make up values for required fields {missing}; pass --input JSON")
-    return data
-
-
-def engine_rate(decider: Any, task: Any, data: dict[str, Any], passes: int) -> dict[str, float]:
-    """Decisions/s of the engine alone: one input encoded once, decided 32 at a time."""
-    batch = [decider.encode(task, data)] * 32
-    decider.decide_encoded(task, batch)
+def engine_rate(decider: Any, task: str, inputs: list[dict[str, Any]], passes: int) -> dict[str, float]:
+    """Decisions/s of the engine alone: the rows encoded once, decided together `passes` times."""
+    batch = [decider.encode(decider.tasks[task], data) for data in inputs]
+    decider.decide_encoded(decider.tasks[task], batch)
     start = time.perf_counter()
     for _ in range(passes):
-        decider.decide_encoded(task, batch)
+        decider.decide_encoded(decider.tasks[task], batch)
     seconds = time.perf_counter() - start
-    return {"decisions_per_s": 32 * passes / seconds, "ms_per_pass": 1e3 * seconds / passes}
+    return {"decisions_per_s": len(batch) * passes / seconds, "ms_per_pass": 1e3 * seconds / passes}
 
 
-def load(base: str, path: str, body: dict[str, Any], concurrency: int, total: int) -> dict[str, float]:
-    """`total` POSTs by `concurrency` clients; decisions/s over the wall time, latency percentiles."""
+def load(base: str, path: str, inputs: list[dict[str, Any]], concurrency: int, total: int) -> dict[str, float]:
+    """`total` POSTs by `concurrency` clients, each the next of `inputs`; decisions/s and text tokens/s over
+    the wall time, latency percentiles, and the drafted tokens' mean accepted length the answers report."""
 
-    async def run() -> tuple[list[float], float, int]:
+    async def run() -> tuple[list[float], list[dict[str, Any]], float, int]:
         latencies: list[float] = []
+        usages: list[dict[str, Any]] = []
         failures = 0
-        left = total
+        sent = 0
 
         async def client() -> None:
-            nonlocal left, failures
-            async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-                while left > 0:
-                    left -= 1
+            nonlocal sent, failures
+            async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+                while sent < total:
+                    body = {"input": inputs[sent % len(inputs)]}
+                    sent += 1
                     start = time.perf_counter()
                     response = await http.post(path, json=body)
                     latencies.append(time.perf_counter() - start)
                     failures += response.status_code != 200
+                    usages.append(response.json().get("usage", {}) if response.status_code == 200 else {})
 
         start = time.perf_counter()
         await asyncio.gather(*[client() for _ in range(concurrency)])
-        return latencies, time.perf_counter() - start, failures
+        return latencies, usages, time.perf_counter() - start, failures
 
-    latencies, seconds, failures = asyncio.run(run())
+    latencies, usages, seconds, failures = asyncio.run(run())
     latencies.sort()
+    passes = sum(u.get("generation_passes", 0) for u in usages)
     return {
         "decisions_per_s": len(latencies) / seconds,
+        "text_tokens_per_s": sum(u.get("generated_tokens", 0) for u in usages) / seconds,
+        "accepted_length": statistics.mean(u["accepted_length"] for u in usages if u.get("generation_passes"))
+        if passes else 0.0,
         "p50_ms": 1e3 * statistics.median(latencies),
         "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
         "failures": failures,
@@ -136,10 +141,9 @@ def load(base: str, path: str, body: dict[str, Any], concurrency: int, total: in
 class server:
     """A child process serving on a free loopback port until the `with` block ends."""
 
-    def __init__(self, command: list[str], port_flag: str, batching: tuple[str, str] | None) -> None:
+    def __init__(self, command: list[str], port_flag: str) -> None:
         self.port = free_port()
-        extra = ["--max-batch", batching[0], "--max-wait-ms", batching[1]] if batching else []
-        self.command = [sys.executable, *command, port_flag, str(self.port), *extra]
+        self.command = [sys.executable, *command, port_flag, str(self.port)]
 
     def __enter__(self) -> str:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -190,17 +194,22 @@ def free_port() -> int:
 def table(results: dict[str, Any]) -> str:
     engine = results["engine_batch32"]["decisions_per_s"]
     lines = [
-        f"Task `{results['task']}`, {results['requests']} requests per row. Engine alone at batch 32: "
-        f"{engine:.0f} decisions/s ({results['engine_batch32']['ms_per_pass']:.1f} ms per pass).",
+        f"Task `{results['task']}` (closed fields and the subject line), {results['requests']} requests per row, "
+        f"the inputs of `{results['data']}` in turn. Engine alone on the first 32 at once: {engine:.1f} "
+        f"decisions/s ({results['engine_batch32']['ms_per_pass']:.0f} ms per pass). Accepted length: tokens "
+        "per target pass writing the text, the mean over the answers (`usage.accepted_length`).",
         "",
-        "| server | batching | concurrency | decisions/s | p50 ms | p99 ms | share of engine rate | failures |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| server | concurrency | decisions/s | text tokens/s | accepted length | p50 ms | p99 ms "
+        "| share of engine rate | failures |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in results["runs"]:
-        share = f"{100 * run['decisions_per_s'] / engine:.0f}%" if run["server"] == "jev" else "-"
+        served = run["server"] != "trivial"
+        share = f"{100 * run['decisions_per_s'] / engine:.0f}%" if served else "-"
+        text = (f"{run['text_tokens_per_s']:.1f} | {run['accepted_length']:.2f}" if served else "- | -")
         lines.append(
-            f"| {run['server']} | {run['batching']} | {run['concurrency']} | {run['decisions_per_s']:.0f} | "
-            f"{run['p50_ms']:.1f} | {run['p99_ms']:.1f} | {share} | {run['failures']} |"
+            f"| {run['server']} | {run['concurrency']} | {run['decisions_per_s']:.1f} | {text} | "
+            f"{run['p50_ms']:.0f} | {run['p99_ms']:.0f} | {share} | {run['failures']} |"
         )
     return "\n".join(lines)
 
