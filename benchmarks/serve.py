@@ -7,11 +7,12 @@ For each concurrency, async clients send a fixed number of `POST /v1/decide/{tas
 real server process, each the next test row's input in turn (so texts of every length share a
 batch). Three servers: dynamic batching on (max_batch 32, max_wait 5 ms) with the model's drafter
 and load-aware scheduler, as `jev serve` starts; the same with `--no-speculative`; and batching off
-(max_batch 1). This machine's verify profile is stored first (`jev profile`, as `make serve` does),
-so no server measures it while it serves. Two references frame the numbers: a trivial litestar
-endpoint under the same uvicorn (the HTTP ceiling of this machine) and the engine called directly
-on 32 rows at once (the model's ceiling), whose ratio to the served rate is the HTTP layer's share.
-`--no-write` prints without touching the docs.
+(max_batch 1). This machine's verify profile is measured first (`jev profile`, as `make serve`
+does) into a cache folder of the benchmark's own, so no server measures it while it serves. Two
+references frame the numbers: a trivial litestar endpoint under the same uvicorn (the HTTP
+ceiling of this machine) and the engine called directly on 32 rows at once (the model's ceiling),
+whose ratio to the served rate is the HTTP layer's share. `--no-write` prints without touching
+the docs.
 """
 
 import argparse
@@ -23,6 +24,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,12 +49,14 @@ def main() -> None:
     from jev.decide.decider import Decider
 
     inputs = [json.loads(line)["input"] for line in args.data.open()]
+    # A cache folder of its own, where the profile is measured as `make serve` measures it, alone.
+    os.environ["JEV_CACHE_DIR"] = tempfile.mkdtemp(prefix="jev-serve-benchmark-")
+    subprocess.run([sys.executable, "-m", "jev.cli", "profile", "--model", str(args.model)], cwd=ROOT, check=True)
     decider = Decider.load(args.model, weights="auto", replay=True)
     results: dict[str, Any] = {"model": str(args.model), "task": args.task, "data": str(args.data),
                                "requests": args.requests, "runs": []}
     results["engine_batch32"] = engine_rate(decider, args.task, inputs[:32], args.engine_passes)
     del decider
-    subprocess.run([sys.executable, "-m", "jev.cli", "profile", "--model", str(args.model)], cwd=ROOT, check=True)
     levels = [int(c) for c in args.concurrency.split(",")]
     path = f"/v1/decide/{args.task}"
     for name, flags in SERVERS.items():
@@ -75,9 +79,9 @@ def main() -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, default=ROOT / "models" / "default")
+    parser.add_argument("--model", type=Path, default=Path("models/default"))
     parser.add_argument("--task", default="mail", help="task to decide (default: mail)")
-    parser.add_argument("--data", type=Path, default=ROOT / "data" / "mail" / "test.jsonl",
+    parser.add_argument("--data", type=Path, default=Path("data/mail/test.jsonl"),
                         help="JSONL rows whose inputs the requests send, in turn")
     parser.add_argument("--requests", type=int, default=128, help="requests per run")
     parser.add_argument("--concurrency", default="1,8,32")

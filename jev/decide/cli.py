@@ -45,11 +45,12 @@ def _run_decide(args: argparse.Namespace) -> int:
 
 
 def _run_profile(args: argparse.Namespace) -> int:
-    from jev.decide.decider import Decider
+    from jev.decide.decider import load_apart
     from jev.generate.profiles import cache_dir
 
     folder = model_folder(args.model)
-    decider = Decider.load(folder, weights=args.weights, replay=True)  # as `jev serve` decodes
+    # As `jev serve` decodes; loaded apart, so the profile is measured with no other thread's team beside it.
+    decider = load_apart(folder, weights=args.weights, replay=True)
     if decider.drafter is None:
         print(f"{folder} has no drafter: its text fields decode plainly, there is nothing to profile")
     elif decider.profiling is None:

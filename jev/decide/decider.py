@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -462,6 +463,18 @@ class Decider:
             prediction_set=prediction_set,
             coverage=coverage,
         )
+
+
+def load_apart(path: str | Path, **options: Any) -> Decider:
+    """`Decider.load(path, **options)` in a thread that ends with the load, for a process that decides
+    or measures on other threads (a server's batcher, a profile measured in the background).
+
+    Why: a thread that has run torch's parallel regions keeps its OpenMP team while it lives, and with
+    the loading thread's team idle beside it, a thread deciding a mail with its subject line took 0.66-0.71 s
+    where the loading thread took 0.34-0.35 (on 2 cores; `benchmarks/serve.py`, `docs/benchmarks.md`);
+    once the loading thread has ended, any one thread decides as fast as it would have."""
+    with ThreadPoolExecutor(1, thread_name_prefix="jev-load") as loader:
+        return loader.submit(Decider.load, path, **options).result()
 
 
 def untrained_message(task: Task, folder: Path, trained: list[str]) -> str:

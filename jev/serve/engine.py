@@ -7,13 +7,12 @@ does both at once, so this adapter uses `Decider.encode` and `Decider.decide_enc
 
 import hashlib
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from jev.decide.decider import Decider, Encoded
+from jev.decide.decider import Decider, Encoded, load_apart
 from jev.schema import Decided, Task
 
 
@@ -33,16 +32,10 @@ class Engine:
     def load(cls, folder: str | Path, speculative: bool = True, weights: str = "float32") -> "Engine":
         """Load a decider folder; `speculative=False` writes text fields without its drafter, and
         `weights` says what its large matrices are stored as (`jev.model.weights`). Its decode steps are
-        replayed as traced graphs (`jev.model.step_graphs`).
-
-        The load runs in a thread of its own that ends with it. A thread that has run torch's parallel
-        regions keeps its OpenMP team while it lives, and with the loading thread's team idle beside the
-        batcher's worker, every decision the worker ran took about twice as long (a mail with its
-        subject line: 0.71 s against 0.35 in the loading thread, `benchmarks/serve.py`); once the loading
-        thread has ended, the worker decides as fast as it would have."""
+        replayed as traced graphs (`jev.model.step_graphs`). It loads in a thread of its own
+        (`load_apart`): the batcher decides on another."""
         path = Path(folder)
-        with ThreadPoolExecutor(1, thread_name_prefix="jev-load") as loader:
-            decider = loader.submit(Decider.load, path, speculative=speculative, weights=weights, replay=True).result()
+        decider = load_apart(path, speculative=speculative, weights=weights, replay=True)
         return cls(decider, path.resolve().name)
 
     @property
