@@ -5,7 +5,8 @@ computed from the package's own location exists only in an editable install. A c
 `--model` therefore looks in the working directory first (a checkout, or a folder the model was
 copied into), then in the source checkout the package runs from, and otherwise says to pass
 `--model`. An error a user can fix (a wrong path, a bad input, a model that lacks a task) ends the
-command with its message on stderr and exit code 2, never with a traceback.
+command with its message on stderr and exit code 2, never with a traceback; so does Ctrl-C (exit
+code 130).
 """
 
 import argparse
@@ -44,12 +45,16 @@ def model_folder(given: Path | None, flag: str = "--model") -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed command; a user's error is one `error: ...` message on stderr and exit code 2."""
+    """Run a parsed command; a user's error is one `error: ...` message on stderr and exit code 2, and
+    Ctrl-C one `interrupted` line and exit code 130 (the shell's for SIGINT)."""
     try:
         return args.func(args)
     except _USER_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def add_weights_option(parser: argparse.ArgumentParser) -> None:

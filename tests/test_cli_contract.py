@@ -62,6 +62,17 @@ def test_the_entry_points_print_no_traceback_for_a_wrong_model_path(module, tmp_
                                                 "model folder to use"]
 
 
+def test_ctrl_c_is_one_line_and_exit_code_130(capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    args = build_parser().parse_args(["profile"])
+    args.func = interrupted
+    assert command.run(args) == 130
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "interrupted\n")
+
+
 def _subcommand(*names: str):
     parser = build_parser()
     for name in names:

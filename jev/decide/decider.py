@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -470,11 +469,24 @@ def load_apart(path: str | Path, **options: Any) -> Decider:
     or measures on other threads (a server's batcher, a profile measured in the background).
 
     Why: a thread that has run torch's parallel regions keeps its OpenMP team while it lives, and with
-    the loading thread's team idle beside it, a thread deciding a mail with its subject line took 0.66-0.71 s
-    where the loading thread took 0.34-0.35 (on 2 cores; `benchmarks/serve.py`, `docs/benchmarks.md`);
-    once the loading thread has ended, any one thread decides as fast as it would have."""
-    with ThreadPoolExecutor(1, thread_name_prefix="jev-load") as loader:
-        return loader.submit(Decider.load, path, **options).result()
+    the loading thread's team idle beside it, a thread deciding a mail with its subject line took 0.66-0.72 s
+    where the loading thread took 0.34-0.35 (2 cores; docs/benchmarks.md, "The service");
+    once the loading thread has ended, any one thread decides as fast as it would have. The thread is a
+    daemon, so Ctrl-C during the load ends the process at once."""
+    outcome: dict[str, Any] = {}
+
+    def load() -> None:
+        try:
+            outcome["decider"] = Decider.load(path, **options)
+        except BaseException as error:  # raised again in the caller's thread
+            outcome["error"] = error
+
+    loader = threading.Thread(target=load, name="jev-load", daemon=True)
+    loader.start()
+    loader.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["decider"]
 
 
 def untrained_message(task: Task, folder: Path, trained: list[str]) -> str:
