@@ -91,13 +91,14 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def engine_rate(decider: Any, task: str, inputs: list[dict[str, Any]], passes: int) -> dict[str, float]:
+def engine_rate(decider: Any, name: str, inputs: list[dict[str, Any]], passes: int) -> dict[str, float]:
     """Decisions/s of the engine alone: the rows encoded once, decided together `passes` times."""
-    batch = [decider.encode(decider.tasks[task], data) for data in inputs]
-    decider.decide_encoded(decider.tasks[task], batch)
+    task = decider.tasks[name]
+    batch = [decider.encode(task, data) for data in inputs]
+    decider.decide_encoded(task, batch)
     start = time.perf_counter()
     for _ in range(passes):
-        decider.decide_encoded(decider.tasks[task], batch)
+        decider.decide_encoded(task, batch)
     seconds = time.perf_counter() - start
     return {"decisions_per_s": len(batch) * passes / seconds, "ms_per_pass": 1e3 * seconds / passes}
 
@@ -130,12 +131,11 @@ def load(base: str, path: str, inputs: list[dict[str, Any]], concurrency: int, t
 
     latencies, usages, seconds, failures = asyncio.run(run())
     latencies.sort()
-    passes = sum(u.get("generation_passes", 0) for u in usages)
+    accepted = [u["accepted_length"] for u in usages if u.get("generation_passes")]
     return {
         "decisions_per_s": len(latencies) / seconds,
         "text_tokens_per_s": sum(u.get("generated_tokens", 0) for u in usages) / seconds,
-        "accepted_length": statistics.mean(u["accepted_length"] for u in usages if u.get("generation_passes"))
-        if passes else 0.0,
+        "accepted_length": statistics.mean(accepted) if accepted else 0.0,
         "p50_ms": 1e3 * statistics.median(latencies),
         "p99_ms": 1e3 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
         "failures": failures,

@@ -1,4 +1,4 @@
-"""The server's engine loads its decider in a thread that ends with the load (why: `Engine.load`)."""
+"""The server's engine loads its decider in a thread that ends with the load (why: `load_apart`)."""
 
 import threading
 
