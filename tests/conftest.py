@@ -12,6 +12,7 @@ os.environ["JEV_CACHE_DIR"] = tempfile.mkdtemp(prefix="jev-test-cache-")
 import pytest
 import torch
 
+from jev.generate.profiles import ProfileMeasurement
 from jev.model import Model
 from tests.tiny import random_model, tiny_config
 
@@ -28,3 +29,33 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# Every verify profile this test process starts measuring in the background.
+_MEASUREMENTS: list[ProfileMeasurement] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def measurements_recorded():
+    start = ProfileMeasurement.__init__
+
+    def recorded(self, *args, **kwargs) -> None:
+        start(self, *args, **kwargs)
+        _MEASUREMENTS.append(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ProfileMeasurement, "__init__", recorded)
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_measurement_outlives_its_module(measurements_recorded):
+    """Stop, when a test module ends, every measurement started in it. Left running, a measurement
+    went on through later modules, taking a core from their tests; and while a test forces the Triton
+    kernels through the environment (`tests/test_kernels_dispatch.py`), its passes would run through
+    the interpreter, whose patching of `triton.language` is process-wide, beside the next test's
+    interpreted kernels: a full `make test` failed so once (a Triton decode test: "Did you forget to
+    add @triton.jit ?")."""
+    yield
+    while _MEASUREMENTS:
+        _MEASUREMENTS.pop().stop()
