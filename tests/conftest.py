@@ -37,6 +37,7 @@ _MEASUREMENTS: list[ProfileMeasurement] = []
 
 @pytest.fixture(scope="session", autouse=True)
 def measurements_recorded():
+    """Record every measurement the session starts, for the module fixture below to stop."""
     start = ProfileMeasurement.__init__
 
     def recorded(self, *args, **kwargs) -> None:
