@@ -31,7 +31,11 @@ __all__ = ["create_app"]
 
 
 def create_app(model: str | Path | Decider | Engine, settings: ServeSettings | None = None) -> Litestar:
-    """Build the service for a decider folder, a Decider, or an Engine (tests wrap one)."""
+    """Build the service for a decider folder, a Decider, or an Engine (tests wrap one).
+
+    A folder loads apart (`jev.decide.decider.load_apart`). A Decider loaded on a thread that lives on
+    (this one, say) leaves that thread's OpenMP team idle beside the batcher's, which then decides at
+    about half speed on 2 cores: load it with `load_apart`, or pass the folder."""
     settings = settings or ServeSettings()
     engine = model if isinstance(model, Engine) else Engine(model) if isinstance(model, Decider) else Engine.load(model)
     service = Service(engine, settings)
