@@ -7,6 +7,7 @@ from jev.generate.accept import (
     SamplingSettings,
     accept_block,
     accept_ratio,
+    greedy_verdict,
     outcome_distribution,
     recovery_distribution,
     sample_from,
@@ -135,6 +136,28 @@ def test_accept_block_is_the_inverse_cdf_of_the_whole_outcome_law() -> None:
     verdict = accept_block(p, q, drafted, n, uniforms)
     flat = sample_from(outcome_distribution(p, q, drafted, n).flatten(1), uniforms)
     assert torch.equal(verdict.n_accepted, flat // 11) and torch.equal(verdict.next_token, flat % 11)
+
+
+def test_greedy_verdict_is_the_rules_outcome_on_greedy_rows() -> None:
+    """Read off the argmaxes, it equals `accept_block` on warp's one-hot p for any q and uniform."""
+    generator = torch.Generator().manual_seed(0)
+    batch, k, vocab = 300, 4, 9
+    logits = torch.randn(batch, k + 1, vocab, dtype=torch.float64, generator=generator)
+    argmax = logits.argmax(-1)
+    # Each row's drafts hold up to a random point and miss there (and may hold again after it).
+    held = torch.randint(0, k + 1, (batch, 1), generator=generator) > torch.arange(k)
+    wrong = (argmax[:, :k] + torch.randint(1, vocab, (batch, k), generator=generator)) % vocab
+    drafted = torch.where(held | (torch.rand(batch, k, generator=generator) < 0.3), argmax[:, :k], wrong)
+    n_verified = torch.randint(0, k + 1, (batch,), generator=generator)
+    q = torch.rand(batch, k, vocab, dtype=torch.float64, generator=generator).softmax(-1)
+    got = greedy_verdict(logits, drafted, n_verified)
+    p = warp(logits, settings(batch, temperature=0.0))
+    for u in (0.0, 0.37, 0.999):
+        want = accept_block(p, q, drafted, n_verified, torch.full((batch,), u, dtype=torch.float64))
+        assert torch.equal(got.n_accepted, want.n_accepted)
+        assert torch.equal(got.next_token, want.next_token)
+        assert torch.equal(got.bonus, want.bonus)
+    assert 0 < int(got.bonus.sum()) < batch and int(got.n_accepted.max()) == k
 
 
 def test_greedy_accepts_iff_argmax_whatever_q() -> None:

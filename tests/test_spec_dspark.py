@@ -143,32 +143,38 @@ def test_only_the_state_reading_drafter_is_observed(target: Model) -> None:
     assert not isinstance(AutoregressiveDrafter(target), ReadsTargetStates)
 
 
-def test_q_is_exactly_what_each_token_was_drawn_from(target: Model) -> None:
-    """Teacher-forcing the drafted tokens reproduces q, and the tokens are the inverse-CDF draws from it."""
+MIXED_SETTINGS = {"temperature": [0.7, 1.0, 1.3, 0.0, 1.0, 0.9], "top_k": [0, 5, 0, 0, 3, 0],
+                  "top_p": [1.0, 1.0, 0.8, 1.0, 1.0, 0.9]}
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_q_is_exactly_what_each_token_was_drawn_from(target: Model, greedy: bool) -> None:
+    """Teacher-forcing the drafted tokens reproduces q and the survival estimates, and the tokens are
+    the inverse-CDF draws from q: in a mixed batch, and in a greedy one (which draws argmaxes)."""
     spark = drafter(target)
     hidden, pending = hidden_and_pending(target)
-    settings = SamplingSettings.build(
-        6, temperature=[0.7, 1.0, 1.3, 0.0, 1.0, 0.9], top_k=[0, 5, 0, 0, 3, 0], top_p=[1.0, 1.0, 0.8, 1.0, 1.0, 0.9]
-    )
+    settings = SamplingSettings.build(6, **({"temperature": 0.0} if greedy else MIXED_SETTINGS))
     uniforms = torch.rand(6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     draft = spark.draft(hidden, pending, settings, uniforms)
     previous = torch.cat((pending.view(-1, 1), draft.tokens[:, :-1]), dim=1)
-    logits, _ = spark.head(hidden, target.embed(previous), target.lm_head)
+    logits, acceptance = spark.head(hidden, target.embed(previous), target.lm_head)
     q = warp(logits, settings)
     torch.testing.assert_close(draft.probs, q, rtol=0, atol=1e-12)
+    torch.testing.assert_close(draft.survival, torch.sigmoid(acceptance).cumprod(dim=1), rtol=0, atol=1e-12)
     for j in range(4):
         assert torch.equal(draft.tokens[:, j], sample_from(q[:, j], uniforms[:, j]))
 
 
+@pytest.mark.parametrize("greedy", [False, True])
 @pytest.mark.parametrize("markov_rank", [0, 8])
-def test_a_vocabulary_drafts_its_tokens_from_the_head_over_them_alone(target: Model, markov_rank: int) -> None:
+def test_a_vocabulary_drafts_its_tokens_from_the_head_over_them_alone(
+    target: Model, markov_rank: int, greedy: bool
+) -> None:
     """q is the warp of the target head's logits at the vocabulary's tokens (zero elsewhere), and each
     token the inverse-CDF draw from that q over the whole vocabulary."""
     spark = drafter(target, VOCAB, markov_rank=markov_rank)
     hidden, pending = hidden_and_pending(target)
-    settings = SamplingSettings.build(
-        6, temperature=[0.7, 1.0, 1.3, 0.0, 1.0, 0.9], top_k=[0, 5, 0, 0, 3, 0], top_p=[1.0, 1.0, 0.8, 1.0, 1.0, 0.9]
-    )
+    settings = SamplingSettings.build(6, **({"temperature": 0.0} if greedy else MIXED_SETTINGS))
     uniforms = torch.rand(6, 4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     draft = spark.draft(hidden, pending, settings, uniforms)
     outside = [token for token in range(V) if token not in VOCAB]

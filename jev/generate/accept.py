@@ -12,7 +12,8 @@ top-p; q is exactly the distribution each drafted token was sampled from.
 uniform per sequence, by its inverse CDF, without building it whole. The exact tests enumerate
 the law, and the sampler is tested to draw exactly its inverse CDF. Greedy requests
 (temperature 0) get a one-hot p at the argmax, under which the rule accepts a draft iff it is the
-argmax and emits the argmax otherwise, whatever q was.
+argmax and emits the argmax otherwise, whatever q was: `greedy_verdict` is that outcome read off
+the logits, without the vocabulary-wide distributions.
 """
 
 from collections.abc import Sequence
@@ -226,3 +227,17 @@ def accept_block(
         recovered = recovery_distribution(p_m, q[rows, m.clamp(max=width - 2)])
         p_m = torch.where(bonus.unsqueeze(-1), p_m, recovered)
     return Verdict(n_accepted=m, next_token=sample_from(p_m, rest), bonus=bonus)
+
+
+def greedy_verdict(logits: torch.Tensor, drafted: torch.Tensor, n_verified: torch.Tensor) -> Verdict:
+    """`accept_block(warp(logits, greedy), q, drafted, n_verified, u)` for a batch of greedy rows, for
+    any q that drew the drafts and any u: the drafts held up to the first that is not the argmax, then
+    the argmax there. Shapes as in `outcome_distribution`, with `logits [B, K + 1, V]` for p.
+
+    Why: a greedy round needs only the argmaxes, and building the one-hot p and the float64 CDF of
+    the whole vocabulary cost a plain step at one sequence about a twentieth of its time."""
+    argmax = logits.argmax(dim=-1)
+    width = drafted.shape[1]
+    held = (drafted == argmax[:, :width]) & (torch.arange(width, device=drafted.device) < n_verified.unsqueeze(1))
+    m = held.to(torch.int64).cumprod(dim=1).sum(dim=1)
+    return Verdict(n_accepted=m, next_token=argmax.gather(1, m.unsqueeze(1)).squeeze(1), bonus=m == n_verified)

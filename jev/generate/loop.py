@@ -7,7 +7,8 @@ logits into tokens. One round, for all active sequences at once:
 2. the drafter proposes K tokens per sequence with their q and survival estimates;
 3. the policy picks how many (a prefix) each sequence verifies, reading survival only;
 4. ONE target pass reads each sequence's `[pending, x_1..x_n]` (ragged lengths) into the cache;
-5. `accept_block` draws how many drafts held and the correction / bonus token;
+5. `accept_block` draws how many drafts held and the correction / bonus token (a greedy batch
+   reads them off the argmaxes: `greedy_verdict`);
 6. the target cache is rolled back past rejected drafts (`LatentCache.truncate`), the drafter
    is told what was committed (and, if it reads the target's states, shown the target's hidden
    states at the committed positions), and the emitted tokens are appended (cut at a stop token
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from jev.generate.accept import SamplingSettings, accept_block, warp
+from jev.generate.accept import SamplingSettings, accept_block, greedy_verdict, warp
 from jev.generate.drafters.protocol import Draft, Drafter, ReadsTargetStates
 from jev.generate.repeats import repeat_mask
 from jev.generate.scheduler import FixedLength, VerifyPolicy
@@ -296,8 +297,12 @@ def generate(
         if no_repeat_ngram:
             banned = repeat_mask(out, out_n, drafted, no_repeat_ngram, logits.shape[-1])
             logits = logits.masked_fill(banned.to(logits.device), float("-inf"))
-        p = warp(logits, settings)
-        verdict = accept_block(p, q.to(p.dtype), drafted, n_verified, rng.uniform(1)[:, 0])
+        uniforms = rng.uniform(1)[:, 0]  # drawn whatever the settings, so a seed's later draws stay put
+        if bool(settings.greedy.all()):
+            verdict = greedy_verdict(logits, drafted.to(logits.device), n_verified.to(logits.device))
+        else:
+            p = warp(logits, settings)
+            verdict = accept_block(p, q.to(p.dtype), drafted, n_verified, uniforms)
         stats.verify_seconds += time.perf_counter() - verify_started
 
         n_accepted = torch.where(active, verdict.n_accepted, 0)

@@ -254,21 +254,33 @@ class DSparkDrafter:
         lm_head = self.target.lm_head if self.vocabulary is None else self.vocabulary
         parallel = None if self.head.markov else self.head.logits(outputs, previous, lm_head)
         self.passes += 1
-        tokens, probs, acceptance = [], [], []
+        greedy = bool(settings.greedy.all())
+        tokens, probs, before, logits_at = [], [], [], []
         for j in range(k):
             logits = self.head.logits(outputs[:, j], previous, lm_head) if parallel is None else parallel[:, j]
-            acceptance.append(torch.sigmoid(self.head.acceptance_logit(states[:, j], previous, logits).double()))
-            q = warp(logits, settings)
-            token = sample_from(q, uniforms[:, j].to(device))
-            if self.vocabulary is not None:
-                token, q = self.vocabulary.vocab[token], self.vocabulary.spread(q)
+            before.append(previous)
+            logits_at.append(logits)
+            if greedy:  # q is one-hot at the argmax, so the draw is the argmax: no distribution to build
+                token = logits.argmax(dim=-1)
+                token = token if self.vocabulary is None else self.vocabulary.vocab[token]
+            else:
+                q = warp(logits, settings)
+                token = sample_from(q, uniforms[:, j].to(device))
+                if self.vocabulary is not None:
+                    token, q = self.vocabulary.vocab[token], self.vocabulary.spread(q)
+                probs.append(q)
             previous = self.target.embed(token) if self.head.markov else previous
             tokens.append(token)
-            probs.append(q)
-        survival = self.calibrated(torch.stack(acceptance, dim=1).cumprod(dim=1))
-        return Draft(
-            tokens=torch.stack(tokens, dim=1).to(pending.device), probs=torch.stack(probs, dim=1), survival=survival
-        )
+        drafted = torch.stack(tokens, dim=1)
+        if greedy:
+            q = torch.zeros(*drafted.shape, self.head.config.vocab_size, dtype=logits.dtype, device=device)
+            q.scatter_(-1, drafted.unsqueeze(-1), 1.0)
+        else:
+            q = torch.stack(probs, dim=1)
+        # The confidence head reads what each position knew before its draw, all positions in one call.
+        acceptance = self.head.acceptance_logit(states, torch.stack(before, dim=1), torch.stack(logits_at, dim=1))
+        survival = self.calibrated(torch.sigmoid(acceptance.double()).cumprod(dim=1))
+        return Draft(tokens=drafted.to(pending.device), probs=q, survival=survival)
 
     def calibrated(self, raw: torch.Tensor) -> torch.Tensor:
         """Raw survival `[B, K]` -> calibrated; the running minimum guards monotonicity against rounding."""
