@@ -289,6 +289,16 @@ def test_probes_come_more_often_the_nearer_drafting_is_to_paying() -> None:
     assert len(probes(1.0)) == 102 - 102 // (LoadAwareScheduler.PLAIN_EVERY + 1)
 
 
+def test_a_probe_of_sequences_in_step_is_priced_at_what_the_slowest_gains() -> None:
+    """Four sequences, a 1 s pass for all of them, 0.99 s to draft a token, 90% held. A batch lasts as
+    long as its slowest sequence, so the round's 1.99 s advance it by a second token only where all
+    four drafts hold (0.9^4): 0.33 s lost, a probe once plain rounds took 50 times that, every 18th
+    (crediting each sequence's expected tokens, 3.6 in 1.99 s, priced it at 0.09 s: every 6th)."""
+    scheduler = measured([0.9], 0.99, rows=4)
+    depths = [scheduler.draft_depth(on(4), 1) for _ in range(102)]
+    assert [i for i, depth in enumerate(depths) if depth] == list(range(17, 102, 18))
+
+
 def test_a_probe_verifies_its_draft_whatever_the_drafter_claims() -> None:
     """A probe exists to measure acceptance, so it verifies its one draft even where the drafter's
     claim (here 0.0) would not open a width; a round that is no probe, on the same claim, verifies

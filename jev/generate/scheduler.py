@@ -139,6 +139,16 @@ class VerifyProfile:
         return cls(rows=tuple(rows), widths=widths, seconds=tuple(seconds))
 
 
+def _probe_loss(first: float, n: int, theta: list[float]) -> float:
+    """Expected seconds a round drafting one token for `n` sequences loses against a plain round
+    (Θ of each: `theta[1]`, `theta[0]`; `first`, the sequences' first-draft survival summed), with the
+    sequences in step: a batch lasts as long as its slowest sequence, so the round advances it by a
+    second token only where every sequence's draft holds. At one sequence: the round's time less what
+    plain rounds take for its expected tokens."""
+    plain_round = n / theta[0]
+    return (n + first) / theta[1] - plain_round * (1.0 + (first / n) ** n)
+
+
 @functools.lru_cache(maxsize=4096)
 def _pass_seconds(profile: VerifyProfile, rows: int, widths: tuple[float, ...]) -> tuple[float, ...]:
     wanted = torch.tensor(widths, dtype=torch.float64)
@@ -213,12 +223,15 @@ class LoadAwareScheduler:
     PLAIN_EVERY = 16
     # Once the plain rounds since the drafter last ran took 1 / PROBE_SHARE times what a round drafting
     # one token is expected to lose against a plain one (its drafting and wider pass, less the tokens
-    # its draft is expected to add), it runs once, one token deep: acceptance is learned only from
-    # rounds that draft, and a drafter's chances change with the text (the lookup drafter's copies).
-    # Such probes cost about PROBE_SHARE of plain decoding's time, and come most often where drafting
-    # is expected to almost pay: there an estimate a little low costs the most rounds, and a probe
-    # the least. (Priced at the drafting alone, before 2026-12-05, a rate carried from other traffic
-    # just under break-even kept four sequences plain for about 30 rounds.)
+    # its draft is expected to add to the batch's slowest sequence, `_probe_loss`), it runs once, one
+    # token deep: acceptance is learned only from rounds that draft, and a drafter's chances change
+    # with the text (the lookup drafter's copies). Such probes cost at most about PROBE_SHARE of plain
+    # decoding's time, and come most often where drafting is expected to almost pay: there an
+    # estimate a little low costs the most rounds, and a probe the least. (Priced at the drafting
+    # alone, before 2026-12-05, a rate carried from other traffic just under break-even kept four
+    # sequences plain for about 30 rounds. Crediting every sequence's expected tokens, before
+    # 2026-12-07, priced a probe of four body continuations at 4 ms where it lost 14: a probe every
+    # fifth round, and the scheduler 1.07x plain decoding's time, `docs/benchmarks.md`.)
     PROBE_SHARE = 0.02
 
     def __init__(self, profile: VerifyProfile) -> None:
@@ -268,10 +281,9 @@ class LoadAwareScheduler:
         sums, theta, depth = self._best_depth(draft_len, n_active, rows, optimistic=not first_known)
         if depth and first_known:
             sums, theta, depth = self._best_depth(draft_len, n_active, rows, optimistic=True)
-        if depth == 0 and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
-            tokens = n_active + sums[0]
-            if not first_known or self.plain_seconds * self.PROBE_SHARE > tokens / theta[1] - tokens / theta[0]:
-                depth, self._probing = 1, True
+        probe_due = not first_known or self.plain_seconds * self.PROBE_SHARE > _probe_loss(sums[0], n_active, theta)
+        if depth == 0 and probe_due and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
+            depth, self._probing = 1, True
         self._probing |= depth > 0 and not first_known
         if depth and self.drafted_in_a_row.get(rows, 0) >= self.PLAIN_EVERY:
             depth, self._probing = 0, False
