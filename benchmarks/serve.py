@@ -51,8 +51,9 @@ def main() -> None:
     inputs = [json.loads(line)["input"] for line in args.data.open()]
     # A cache folder of its own, where the profile is measured as `make serve` measures it, alone.
     os.environ["JEV_CACHE_DIR"] = tempfile.mkdtemp(prefix="jev-serve-benchmark-")
-    subprocess.run([sys.executable, "-m", "jev.cli", "profile", "--model", str(args.model)], cwd=ROOT, check=True)
-    decider = Decider.load(args.model, weights="auto", replay=True)
+    model = args.model.resolve()  # the child processes run in the checkout, wherever this one was started
+    subprocess.run([sys.executable, "-m", "jev.cli", "profile", "--model", str(model)], cwd=ROOT, check=True)
+    decider = Decider.load(model, weights="auto", replay=True)
     results: dict[str, Any] = {"model": str(args.model), "task": args.task, "data": str(args.data),
                                "requests": args.requests, "runs": []}
     results["engine_batch32"] = engine_rate(decider, args.task, inputs[:32], args.engine_passes)
@@ -60,7 +61,7 @@ def main() -> None:
     levels = [int(c) for c in args.concurrency.split(",")]
     path = f"/v1/decide/{args.task}"
     for name, flags in SERVERS.items():
-        with server(["-m", "jev.serve.cli", "--model", str(args.model), "--log-level", "warning", *flags],
+        with server(["-m", "jev.serve.cli", "--model", str(model), "--log-level", "warning", *flags],
                     "--port") as base:
             for c in levels:
                 results["runs"].append({"server": name, "concurrency": c,
