@@ -281,8 +281,11 @@ class LoadAwareScheduler:
         sums, theta, depth = self._best_depth(draft_len, n_active, rows, optimistic=not first_known)
         if depth and first_known:
             sums, theta, depth = self._best_depth(draft_len, n_active, rows, optimistic=True)
-        probe_due = not first_known or self.plain_seconds * self.PROBE_SHARE > _probe_loss(sums[0], n_active, theta)
-        if depth == 0 and probe_due and self.draft_seconds.get(rows):  # a drafter never run at B is never probed
+        if (
+            depth == 0
+            and self.draft_seconds.get(rows)  # a drafter never run at B is never probed
+            and (not first_known or self.plain_seconds * self.PROBE_SHARE > _probe_loss(sums[0], n_active, theta))
+        ):
             depth, self._probing = 1, True
         self._probing |= depth > 0 and not first_known
         if depth and self.drafted_in_a_row.get(rows, 0) >= self.PLAIN_EVERY:
