@@ -4,6 +4,7 @@ import collections
 import statistics
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -410,12 +411,33 @@ def test_a_position_no_round_verifies_keeps_its_measured_rate() -> None:
     assert 0.05 < accepted / verified < 0.15
 
 
-def test_drafting_time_by_depth_is_interpolated_between_measured_depths() -> None:
+def test_drafting_time_by_depth_is_the_least_squares_line_through_the_measured_depths() -> None:
+    """The body drafting times of 2026-12-06 (3.1, 3.6, 5.1, 5.0, 6.4 ms at depths 1, 2, 3, 5, 7):
+    priced on numpy's least-squares line, so depth 3 costs less than its one noisy median."""
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
-    scheduler.draft_seconds = {1: {2: 0.4, 6: 0.6}}
-    expected = [0.0, 0.2, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7]  # below: 0.4 * d / 2; above: 0.6 * d / 6
-    assert scheduler._drafting_seconds(7, 1) == pytest.approx(expected)
+    measured = {1: 3.1e-3, 2: 3.6e-3, 3: 5.1e-3, 5: 5.0e-3, 7: 6.4e-3}
+    scheduler.draft_seconds = {1: measured}
+    slope, base = np.polyfit(list(measured), list(measured.values()), 1)
+    priced = scheduler._drafting_seconds(7, 1)
+    assert priced == pytest.approx([0.0] + [base + slope * d for d in range(1, 8)])
+    assert priced[3] < measured[3] and priced[5] > measured[5]
     assert scheduler._drafting_seconds(7, 4) == [0.0] * 8, "measured at one sequence, not four"
+
+
+@pytest.mark.parametrize(
+    ("measured", "expected"),
+    [
+        ({2: 0.4}, [0.0, 0.2, 0.4, 0.6]),  # one depth: the line through it and 0
+        ({1: 0.5, 3: 0.3}, [0.0, 0.4, 0.4, 0.4]),  # falling with depth: flat at the mean
+        ({1: 0.1, 3: 0.9}, [0.0, 0.28, 0.56, 0.84]),  # -0.3 + 0.4 d, below 0 at depth 0: through 0
+    ],
+)
+def test_the_fitted_drafting_time_never_falls_with_depth_nor_starts_below_zero(
+    measured: dict[int, float], expected: list[float]
+) -> None:
+    scheduler = LoadAwareScheduler(flat_then_linear(1000))
+    scheduler.draft_seconds = {1: measured}
+    assert scheduler._drafting_seconds(3, 1) == pytest.approx(expected)
 
 
 def test_a_fixed_drafting_cost_makes_one_deep_draft_pay_where_a_shallow_one_does_not() -> None:

@@ -160,6 +160,21 @@ def _pass_seconds(profile: VerifyProfile, rows: int, widths: tuple[float, ...]) 
     return tuple(float(_piecewise(at, counts, by_rows[:, k])[0]) for k in range(len(widths)))
 
 
+def _fit_line(xs: list[int], ys: list[float]) -> tuple[float, float]:
+    """(a, b) of the least-squares line a + b·x through the points, with a and b each at least 0: a
+    line falling with x is flat at the mean; one crossing 0 above x = 0, or a single x, goes through
+    the origin."""
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread:
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+        if slope < 0:
+            return mean_y, 0.0
+        if mean_y >= slope * mean_x:
+            return mean_y - slope * mean_x, slope
+    return 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
+
+
 class LoadAwareScheduler:
     """DSpark's hardware-aware verify scheduler (Algorithm 1, with the early break), for Jev's target
     pass, which costs its rectangle: a pass over B rows in which the longest verifies w drafts runs
@@ -455,28 +470,18 @@ class LoadAwareScheduler:
         return [t / (r + d) for t, r, d in zip(tokens, rounds, drafting_seconds, strict=True)]
 
     def _drafting_seconds(self, k: int, rows: int) -> list[float]:
-        """`[K + 1]` the expected seconds of drafting d = 0..K tokens for `rows` sequences: measured
-        where d has been, else interpolated between the measured depths around d, else, below or
-        above all of them, the nearest one's time scaled by d (optimistic below, which gets a cheaper
-        depth tried and measured). Nothing measured for `rows`: 0, so its first round drafts (a
-        drafter's pass costs more the more sequences it reads)."""
+        """`[K + 1]` the expected seconds of drafting d = 0..K tokens for `rows` sequences, on the line
+        a + b·d (neither below 0) fitted by least squares to the measured depths' times; one depth
+        measured, the line through it and 0. Nothing measured for `rows`: 0, so its first round
+        drafts (a drafter's pass costs more the more sequences it reads). A line, not the measured
+        times themselves: they are medians of few, noisy rounds (a body at one sequence read 3.1,
+        3.6, 5.1, 5.0 and 6.4 ms at depths 1, 2, 3, 5 and 7, 2026-12-06), and taken as they were
+        they priced depth 3 above what it measured and the scheduler drafted shallower than paid."""
         measured = self.draft_seconds.get(rows)
         if not measured:
             return [0.0] * (k + 1)
-        known = sorted(measured)
-        lowest, highest = known[0], known[-1]
-        seconds = []
-        for d in range(k + 1):
-            if d < lowest:
-                seconds.append(d * measured[lowest] / lowest)
-            elif d > highest:
-                seconds.append(d * measured[highest] / highest)
-            else:
-                upper = next(depth for depth in known if depth >= d)
-                lower = max(depth for depth in known if depth <= d)
-                between = (d - lower) / (upper - lower) if upper > lower else 0.0
-                seconds.append(measured[lower] + (measured[upper] - measured[lower]) * between)
-        return seconds
+        base, slope = _fit_line(list(measured), list(measured.values()))
+        return [0.0] + [base + slope * d for d in range(1, k + 1)]
 
     def _kept(self, store: dict[int, collections.deque[float]], key: int) -> collections.deque[float]:
         """The last ROUNDS_KEPT measurements of one kind under `key`, made empty if none yet."""
