@@ -412,7 +412,7 @@ def test_a_position_no_round_verifies_keeps_its_measured_rate() -> None:
 
 
 def test_drafting_time_by_depth_is_the_least_squares_line_through_the_measured_depths() -> None:
-    """The body drafting times of 2026-12-06 (3.1, 3.6, 5.1, 5.0, 6.4 ms at depths 1, 2, 3, 5, 7):
+    """The body drafting times of 2026-12-07 (3.1, 3.6, 5.1, 5.0, 6.4 ms at depths 1, 2, 3, 5, 7):
     priced on numpy's least-squares line, so depth 3 costs less than its one noisy median."""
     scheduler = LoadAwareScheduler(flat_then_linear(1000))
     measured = {1: 3.1e-3, 2: 3.6e-3, 3: 5.1e-3, 5: 5.0e-3, 7: 6.4e-3}

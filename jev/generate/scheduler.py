@@ -475,7 +475,7 @@ class LoadAwareScheduler:
         measured, the line through it and 0. Nothing measured for `rows`: 0, so its first round
         drafts (a drafter's pass costs more the more sequences it reads). A line, not the measured
         times themselves: they are medians of few, noisy rounds (a body at one sequence read 3.1,
-        3.6, 5.1, 5.0 and 6.4 ms at depths 1, 2, 3, 5 and 7, 2026-12-06), and taken as they were
+        3.6, 5.1, 5.0 and 6.4 ms at depths 1, 2, 3, 5 and 7, 2026-12-07), and taken as they were
         they priced depth 3 above what it measured and the scheduler drafted shallower than paid."""
         measured = self.draft_seconds.get(rows)
         if not measured:
