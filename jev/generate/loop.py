@@ -287,7 +287,7 @@ def generate(
         stats.draft_seconds += verify_started - started
 
         width = int(n_verified.max()) if k else 0
-        drafted, q = drafted[:, :width], q[:, :width]
+        drafted, q = drafted[:, :width], None if q is None else q[:, :width]
         before = cache.lengths.clone()
         lengths = torch.where(active, 1 + n_verified, 0)
         hidden = model.hidden_states(

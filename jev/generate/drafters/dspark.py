@@ -258,7 +258,7 @@ class DSparkDrafter:
         with the request's settings, over the drafter's vocabulary when it has one (then its index in
         the vocabulary is drawn, and q_j is zero outside it); survival entry j is fixed before that
         draw. The K positions go through the lm_head as one product, the Markov term added to each
-        in logit space (`markov_logits`). A greedy batch draws the argmaxes (q one-hot there).
+        in logit space (`markov_logits`). A greedy batch draws the argmaxes and returns no q (`Draft`).
         """
         k = uniforms.shape[1]
         if not 1 <= k <= self.max_draft_len:
@@ -278,7 +278,7 @@ class DSparkDrafter:
                 logits = logits + self.markov_logits(self.head.markov_in(previous))
             before.append(previous)
             logits_at.append(logits)
-            if greedy:  # q is one-hot at the argmax, so the draw is the argmax: no distribution to build
+            if greedy:  # q would be one-hot at the argmax, so the draw is the argmax: no distribution to build
                 token = logits.argmax(dim=-1)
                 token = token if self.vocabulary is None else self.vocabulary.vocab[token]
             else:
@@ -290,11 +290,7 @@ class DSparkDrafter:
             previous = self.target.embed(token) if self.head.markov else previous
             tokens.append(token)
         drafted = torch.stack(tokens, dim=1)
-        if greedy:
-            q = torch.zeros(*drafted.shape, self.head.config.vocab_size, dtype=logits.dtype, device=device)
-            q.scatter_(-1, drafted.unsqueeze(-1), 1.0)
-        else:
-            q = torch.stack(probs, dim=1)
+        q = None if greedy else torch.stack(probs, dim=1)
         # The confidence head reads what each position knew before its draw, all positions in one call.
         acceptance = self.head.acceptance_logit(states, torch.stack(before, dim=1), torch.stack(logits_at, dim=1))
         survival = self.calibrated(torch.sigmoid(acceptance.double()).cumprod(dim=1))
