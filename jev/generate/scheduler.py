@@ -192,7 +192,8 @@ class LoadAwareScheduler:
     their last ROUNDS_KEPT measurements, so one slow round moves none of them. Those costs and the
     acceptance seen so far (`record`: of the drafts verified at position j, how many were accepted,
     against how many the drafter's survival estimates predicted, over about the last WINDOW drafts
-    verified there; until a position is measured, MIN_OUTCOMES verifications in MIN_ROUNDS rounds,
+    verified there, times the drafter's mean estimate over every draft made there, `_rate`; until a
+    position is measured, MIN_OUTCOMES verifications in MIN_ROUNDS rounds,
     the drafter's estimates for the first, and for a later one the survival of the one before it,
     though only in rounds that would draft on the measured positions alone, once the first is
     measured) decide how deep the next round drafts, if at all; the first round, with nothing
@@ -271,6 +272,10 @@ class LoadAwareScheduler:
         self.verified_at: list[float] = []
         self.accepted_at: list[float] = []
         self.estimated_at: list[float] = []
+        # Per draft position j: how many rows drafted it and the drafter's survival estimates summed
+        # over all of them, verified or not (faded as the counts above, per row drafted).
+        self.drafted_at: list[float] = []
+        self.claimed_at: list[float] = []
         # Per draft position: how many rounds verified it (unfaded), and how many drafted rounds have
         # stopped just before it since it was last verified.
         self.rounds_at: list[int] = []
@@ -320,12 +325,13 @@ class LoadAwareScheduler:
         """The expected survival sums of `n_active` sequences up to `draft_len` (`_expected_survival`),
         Θ of drafting each depth in a pass of `rows` rows, and the depth of the highest Θ."""
         sums = [n_active * s for s in self._expected_survival(draft_len, optimistic)]
-        theta = self._throughput(sums, n_active, rows, drafting=True)
+        theta = self._throughput(sums, n_active, rows, drafted=False)
         return sums, theta, max(range(len(theta)), key=theta.__getitem__)
 
     def verify_lengths(self, survival: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         """Every active row verifies the width at Θ's first drop, on the drafter's survival estimates
-        as calibrated by past rounds (`_calibrated_sums`). Θ(w) reads survival up to column w only,
+        as calibrated by past rounds (`_calibrated_sums`), the round's drafting counted in every
+        width's time (`_throughput`). Θ(w) reads survival up to column w only,
         whose entries come before the drafts they decide about, so stopping at the first drop never
         lets draft j's own value (through a later survival entry) decide whether j is verified."""
         width = 0
@@ -333,7 +339,8 @@ class LoadAwareScheduler:
             rows = survival[active].to(torch.float64).cpu()
             n = rows.shape[0]
             claimed = rows.sum(0).tolist()
-            theta = self._throughput(self._calibrated_sums(rows, claimed), n, len(active), drafting=False)
+            self._count_claims(claimed, n)
+            theta = self._throughput(self._calibrated_sums(rows, claimed), n, len(active), drafted=True)
             width = next((w for w in range(len(theta) - 1) if theta[w + 1] <= theta[w]), len(claimed))
             if self._probing:  # a probe verifies its draft: one that verified nothing would learn nothing
                 width = max(width, 1)
@@ -365,6 +372,15 @@ class LoadAwareScheduler:
             self.stale_at[j] = 0
         self._age(width)
 
+    def _count_claims(self, claimed: list[float], rows: int) -> None:
+        """Count the drafter's survival estimates summed over `rows` rows (`claimed`, one per position
+        drafted), after fading the counts so far by (1 - 1 / WINDOW)^rows as `_forget` does."""
+        self._grow(len(claimed))
+        fade = (1.0 - 1.0 / self.WINDOW) ** rows
+        for j, claim in enumerate(claimed):
+            self.drafted_at[j] = fade * self.drafted_at[j] + rows
+            self.claimed_at[j] = fade * self.claimed_at[j] + claim
+
     def _age(self, width: int) -> None:
         """After a drafted round that verified `width` drafts, the measured position after them ages
         by a round; at STALE_ROUNDS its counts are dropped (see STALE_ROUNDS)."""
@@ -390,12 +406,10 @@ class LoadAwareScheduler:
 
     def _grow(self, width: int) -> None:
         """Room in the per-position counts for `width` positions."""
-        grow = width - len(self.verified_at)
-        if grow > 0:
-            for counts in (self.verified_at, self.accepted_at, self.estimated_at):
-                counts += [0.0] * grow
-            self.rounds_at += [0] * grow
-            self.stale_at += [0] * grow
+        for counts in (self.verified_at, self.accepted_at, self.estimated_at, self.drafted_at, self.claimed_at):
+            counts += [0.0] * (width - len(counts))
+        for rounds in (self.rounds_at, self.stale_at):
+            rounds += [0] * (width - len(rounds))
 
     def _measured(self, j: int) -> bool:
         """Whether draft position j has been verified MIN_OUTCOMES times in at least MIN_ROUNDS rounds
@@ -416,12 +430,27 @@ class LoadAwareScheduler:
             for j in range(depth)
         ]
 
+    def _rate(self, j: int) -> float:
+        """P(drafts 1..j + 1 accepted) at measured position j: its factor (`_factors`) times the
+        drafter's mean claim there over every row that drafted it, verified or not. Accepted over
+        verified alone reads the rate on the drafts the verify cut chose, which it chooses where the
+        drafter claims much: body continuations at 16 sequences read 0.39, 0.43 and 0.41 through one,
+        two and three drafts, where k = 3's rounds held 0.37, 0.19 and 0.12 (2026-12-07). Accepted
+        over verified where no claims are counted."""
+        if j < len(self.drafted_at) and self.drafted_at[j] > 0 and self.estimated_at[j] > 0:
+            factor = self.accepted_at[j] / self.estimated_at[j]
+            return min(1.0, factor * self.claimed_at[j] / self.drafted_at[j])
+        return self.accepted_at[j] / max(self.verified_at[j], 1e-12)
+
     def _calibrated_sums(self, survival: torch.Tensor, claimed: list[float]) -> list[float]:
-        """Column sums of `survival [n, K]` (`claimed`) scaled per position by `_factors`, each entry
-        at most 1: a drafter that claims 0.6 where 0.2 holds opens no width on its claim."""
-        factors = self._factors(len(claimed))
-        if max(factors, default=1.0) <= 1.0:  # no entry can pass 1: scale the sums
-            sums = [f * c for f, c in zip(factors, claimed, strict=True)]
+        """Column sums of `survival [n, K]` (`claimed`) scaled per position by `_factors` where they
+        are above 1, each entry at most 1: a drafter that claims 0.2 where 0.6 holds is read at 0.6.
+        A factor below 1 is read as 1: the round's depth was priced on it already (`_rate`), and
+        scaling this round's claims down by it as well cut rounds short of the depth that paid (the
+        scheduler drafted four tokens and verified one or two, 2026-12-07)."""
+        factors = [max(f, 1.0) for f in self._factors(len(claimed))]
+        if factors == [1.0] * len(factors):
+            sums = claimed
         else:
             scaled = survival * torch.tensor(factors, dtype=torch.float64)
             sums = scaled.clamp(max=1.0).sum(0).tolist()
@@ -450,23 +479,27 @@ class LoadAwareScheduler:
             estimate[0] = self.first_claim
         for j in range(min(depth, len(self.verified_at))):
             if self._measured(j):
-                estimate[j] = self.accepted_at[j] / max(self.verified_at[j], 1e-12)
+                estimate[j] = self._rate(j)
         if optimistic:
             return self._optimistic(estimate)
         unmeasured = next((j for j in range(1, depth) if not self._measured(j)), depth)
         return estimate[:unmeasured] + [0.0] * (depth - unmeasured)
 
-    def _throughput(self, survival_sums: list[float], n: int, rows: int, drafting: bool) -> list[float]:
+    def _throughput(self, survival_sums: list[float], n: int, rows: int, drafted: bool) -> list[float]:
         """`[K + 1]` Θ(w): expected tokens per second of a round in which each of `n` rows verifies w
         drafts (`survival_sums[j]`: the rows' survival at draft j + 1, summed), in a pass of `rows`
-        rows. `drafting`: the round is yet to draft, so w drafts cost their drafting time and w = 0
-        is a plain round; otherwise the drafts are made and only the pass differs."""
+        rows. Not `drafted`: the round is yet to draft, so w drafts cost their drafting time and w = 0
+        is a plain round. `drafted`: the K drafts are made, and every width's round has paid for
+        them. Left out of the verify cut, as before 2026-12-08, that spent time made each further
+        draft's pass look dearer against the round than it was, and the cut stopped short."""
         k = len(survival_sums)
         tokens = list(itertools.accumulate(survival_sums, initial=float(n)))
         ratio, extra = self._ratio(rows), self._extra(rows)
         passes = _pass_seconds(self.profile, rows, tuple(float(1 + w) for w in range(k + 1)))
         rounds = [ratio * p + w * extra for w, p in enumerate(passes)]
-        drafting_seconds = self._drafting_seconds(k, rows) if drafting else [0.0] * (k + 1)
+        drafting_seconds = self._drafting_seconds(k, rows)
+        if drafted:
+            drafting_seconds = [drafting_seconds[k]] * (k + 1)
         return [t / (r + d) for t, r, d in zip(tokens, rounds, drafting_seconds, strict=True)]
 
     def _drafting_seconds(self, k: int, rows: int) -> list[float]:
