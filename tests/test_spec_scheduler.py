@@ -468,7 +468,8 @@ def test_past_rounds_calibrate_the_drafters_claims_before_a_round_drafts() -> No
     weights = faded(held)
     assert scheduler.estimated_at == pytest.approx([0.9 * sum(weights)])
     assert scheduler.accepted_at == pytest.approx([sum(w * h for w, h in zip(weights, held, strict=True))])
-    assert scheduler._expected_survival(1)[0] == pytest.approx(0.9 * scheduler.accepted_at[0] / scheduler.estimated_at[0])
+    factor = scheduler.accepted_at[0] / scheduler.estimated_at[0]
+    assert scheduler._expected_survival(1)[0] == pytest.approx(0.9 * factor)
     assert scheduler.draft_depth(on(1), 1) == 0
     assert scheduler.verify_lengths(claim, on(1)).tolist() == [1]
 
