@@ -376,7 +376,7 @@ class LoadAwareScheduler:
         """Count the drafter's survival estimates summed over `rows` rows (`claimed`, one per position
         drafted), after fading the counts so far by (1 - 1 / WINDOW)^rows as `_forget` does."""
         self._grow(len(claimed))
-        fade = (1.0 - 1.0 / self.WINDOW) ** rows
+        fade = self._fade(rows)
         for j, claim in enumerate(claimed):
             self.drafted_at[j] = fade * self.drafted_at[j] + rows
             self.claimed_at[j] = fade * self.claimed_at[j] + claim
@@ -400,9 +400,13 @@ class LoadAwareScheduler:
         no round verifies keeps its counts, and with them its measured rate, until STALE_ROUNDS
         drafted rounds stopping just before it drop them (`_age`); and a count that has reached
         MIN_OUTCOMES stays there (it fades by less than the round adds)."""
-        fade = (1.0 - 1.0 / self.WINDOW) ** rows
+        fade = self._fade(rows)
         for counts in (self.verified_at, self.accepted_at, self.estimated_at):
             counts[:width] = [fade * c for c in counts[:width]]
+
+    def _fade(self, rows: int) -> float:
+        """What a count weighs after a round adds `rows` drafts at its position (see WINDOW)."""
+        return (1.0 - 1.0 / self.WINDOW) ** rows
 
     def _grow(self, width: int) -> None:
         """Room in the per-position counts for `width` positions."""
@@ -423,12 +427,14 @@ class LoadAwareScheduler:
     def _factors(self, depth: int) -> list[float]:
         """Per position up to `depth`: how many drafts were accepted there against how many the
         drafter's estimates predicted, where it is measured (`_measured`); else 1."""
-        return [
-            self.accepted_at[j] / max(self.estimated_at[j], 1e-12)
-            if self._measured(j) and self.estimated_at[j] > 0
-            else 1.0
-            for j in range(depth)
-        ]
+        return [self._factor(j) for j in range(depth)]
+
+    def _factor(self, j: int) -> float:
+        """Drafts accepted at position j against the drafter's estimates for them, where it is
+        measured (`_measured`) and they claimed anything; else 1."""
+        if self._measured(j) and self.estimated_at[j] > 0:
+            return self.accepted_at[j] / self.estimated_at[j]
+        return 1.0
 
     def _rate(self, j: int) -> float:
         """P(drafts 1..j + 1 accepted) at measured position j: its factor (`_factors`) times the
@@ -438,8 +444,7 @@ class LoadAwareScheduler:
         two and three drafts, where k = 3's rounds held 0.37, 0.19 and 0.12 (2026-12-07). Accepted
         over verified where no claims are counted."""
         if j < len(self.drafted_at) and self.drafted_at[j] > 0 and self.estimated_at[j] > 0:
-            factor = self.accepted_at[j] / self.estimated_at[j]
-            return min(1.0, factor * self.claimed_at[j] / self.drafted_at[j])
+            return min(1.0, self._factor(j) * self.claimed_at[j] / self.drafted_at[j])
         return self.accepted_at[j] / max(self.verified_at[j], 1e-12)
 
     def _calibrated_sums(self, survival: torch.Tensor, claimed: list[float]) -> list[float]:
